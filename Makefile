@@ -1,0 +1,42 @@
+# nomad-serverless. Every target builds what it needs from nothing (Go
+# modules come from the module proxy).
+GO      ?= go
+BIN     := bin/nomad-serverless
+PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
+
+.PHONY: build test e2e bench bench-sidecar bench-gateway lint demo fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/nomad-serverless
+
+# Unit and component tests (real processes and HTTP on 127.0.0.1); e2e is separate.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 $(PKGS)
+
+# End-to-end against real Nomad and Consul agents; fails (does not pass) when
+# they are missing, so a skip is never mistaken for a pass.
+e2e: build
+	$(GO) test -count=1 -v -timeout 30m ./e2e/ -args -require
+
+bench: bench-sidecar bench-gateway
+	$(GO) test -run '^$$' -bench . -benchmem ./spec/ ./hcl/ ./autoscaler/ ./sidecar/ ./activator/
+
+bench-sidecar: build
+	$(GO) run ./internal/loadbench -mode sidecar -bin $(BIN)
+
+bench-gateway: build
+	$(GO) run ./internal/loadbench -mode gateway -bin $(BIN)
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./hcl/
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+
+demo: build
+	$(BIN) dev -demo
+
+clean:
+	rm -rf bin

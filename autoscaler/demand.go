@@ -1,0 +1,24 @@
+package autoscaler
+
+import "context"
+
+// Demand is one activator replica's view of one revision: requests it holds
+// waiting for capacity and requests it is proxying now.
+type Demand struct {
+	Revision string `json:"revision"`
+	Queued   int    `json:"queued"`
+	InFlight int    `json:"in_flight"`
+}
+
+// DemandSink is what the activator needs from the autoscaler (DESIGN.md:
+// activator depends on autoscaler for this signal only). The leader's
+// autoscaler implements it in process; other replicas reach the leader
+// through its admin API.
+type DemandSink interface {
+	// ReportDemand replaces replica's last report; the activator calls it
+	// every second with every revision it holds or proxies for.
+	ReportDemand(ctx context.Context, replica string, demand []Demand) error
+	// Wake asks for an immediate decision for a revision that has requests
+	// waiting and no capacity, instead of waiting for the next tick.
+	Wake(ctx context.Context, replica string, d Demand) error
+}

@@ -1,0 +1,142 @@
+// Package spec is the model of nomad-serverless: what a user declares (Service,
+// Template, Probe, Scaling, Traffic), its defaults, its validation and the
+// identity of a revision. It depends on nothing of ours and does no I/O, so
+// every other package can share these values.
+package spec
+
+import "time"
+
+// Service is one `service "name" {}` block after parsing and defaulting.
+//
+// Only Template decides a revision's identity: changing Scaling, Traffic or
+// Domains updates the existing revision and route in place.
+type Service struct {
+	Name      string   `json:"name"`
+	Namespace string   `json:"namespace"`
+	Template  Template `json:"template"`
+	Scaling   Scaling  `json:"scaling"`
+	// Traffic lists how requests split over revisions. Empty means all
+	// traffic to the latest revision.
+	Traffic []TrafficTarget `json:"traffic,omitempty"`
+	// Domains are extra host names the gateway serves for this service, on top
+	// of <service>.<namespace>.<domain>.
+	Domains []string `json:"domains,omitempty"`
+}
+
+// Template is everything that ends up inside a revision's Nomad job except its
+// count and scaling bounds. Its hash is the revision's identity.
+type Template struct {
+	Region      string       `json:"region,omitempty"`
+	Datacenters []string     `json:"datacenters"`
+	NodePool    string       `json:"node_pool,omitempty"`
+	Constraints []Constraint `json:"constraints,omitempty"`
+
+	Task      Task   `json:"task"`
+	Readiness *Probe `json:"readiness,omitempty"`
+	Liveness  *Probe `json:"liveness,omitempty"`
+
+	// Concurrency is the hard limit of requests one instance receives at
+	// once; 0 means no limit.
+	Concurrency int `json:"concurrency"`
+	// Timeout bounds a whole request; ResponseStartTimeout the wait for the
+	// first response byte; IdleTimeout the gap between two bytes of a
+	// streaming response. Zero disables the last two.
+	Timeout              time.Duration `json:"timeout"`
+	ResponseStartTimeout time.Duration `json:"response_start_timeout,omitempty"`
+	IdleTimeout          time.Duration `json:"idle_timeout,omitempty"`
+
+	Network Network  `json:"network"`
+	Connect *Connect `json:"connect,omitempty"`
+
+	// Tags and Meta are added to each revision's Consul service, for
+	// catalog-driven ingresses such as Traefik or Fabio.
+	Tags []string          `json:"tags,omitempty"`
+	Meta map[string]string `json:"meta,omitempty"`
+}
+
+// Constraint is a Nomad placement constraint, passed through as written.
+type Constraint struct {
+	Attribute string `json:"attribute,omitempty"`
+	Operator  string `json:"operator,omitempty"`
+	Value     string `json:"value,omitempty"`
+}
+
+// Task is the user's Nomad task. Config is the driver's own configuration,
+// passed to Nomad untouched (JSON-compatible values only).
+type Task struct {
+	Driver    string            `json:"driver"`
+	Config    map[string]any    `json:"config,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Resources Resources         `json:"resources"`
+	// Port is where the app listens. The sidecar sets PORT to it; with host
+	// networking Nomad picks the real port and PORT tells the app.
+	Port      int            `json:"port"`
+	Artifacts []Artifact     `json:"artifacts,omitempty"`
+	Templates []TaskTemplate `json:"templates,omitempty"`
+	User      string         `json:"user,omitempty"`
+	// KillTimeout is how long Nomad waits after SIGTERM before SIGKILL.
+	KillTimeout time.Duration `json:"kill_timeout"`
+}
+
+// Resources are the Nomad resources of the user task, in MHz and MiB.
+type Resources struct {
+	CPU      int `json:"cpu"`
+	MemoryMB int `json:"memory"`
+}
+
+// Artifact is a Nomad artifact block, passed through.
+type Artifact struct {
+	Source      string            `json:"source"`
+	Destination string            `json:"destination,omitempty"`
+	Mode        string            `json:"mode,omitempty"`
+	Options     map[string]string `json:"options,omitempty"`
+}
+
+// TaskTemplate is a Nomad template block, passed through.
+type TaskTemplate struct {
+	Data        string `json:"data,omitempty"`
+	Source      string `json:"source,omitempty"`
+	Destination string `json:"destination"`
+	ChangeMode  string `json:"change_mode,omitempty"`
+	Env         bool   `json:"env,omitempty"`
+}
+
+// NetworkMode is how an instance's ports are exposed.
+type NetworkMode string
+
+const (
+	// NetworkHost uses the node's network with dynamic ports for the
+	// sidecar, the app and the sidecar's admin port.
+	NetworkHost NetworkMode = "host"
+	// NetworkBridge gives the allocation its own network namespace: the app
+	// listens on its fixed port inside it and only the sidecar is exposed.
+	NetworkBridge NetworkMode = "bridge"
+)
+
+// Network is the allocation's network.
+type Network struct {
+	Mode NetworkMode `json:"mode"`
+}
+
+// Connect makes each revision a Consul service mesh service (requires bridge
+// networking). Upstreams are the mesh services the app calls.
+type Connect struct {
+	Upstreams []Upstream `json:"upstreams,omitempty"`
+}
+
+// Upstream is a Consul Connect upstream reachable on 127.0.0.1:LocalBindPort.
+type Upstream struct {
+	Destination   string `json:"destination"`
+	LocalBindPort int    `json:"local_bind_port"`
+}
+
+// TrafficTarget is one entry of a service's traffic list.
+type TrafficTarget struct {
+	// Exactly one of Revision and Latest is set.
+	Revision string `json:"revision,omitempty"`
+	Latest   bool   `json:"latest,omitempty"`
+	Percent  int    `json:"percent"`
+	// Tag names a route to this revision alone: <tag>-<service>.<ns>.<domain>
+	// on the gateway, header X-Serverless-Tag in the mesh.
+	Tag string `json:"tag,omitempty"`
+}
