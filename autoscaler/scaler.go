@@ -1,0 +1,11 @@
+package autoscaler
+
+import "context"
+
+// Scaler sets a revision's instance count: nomadjob's Nomad client in
+// production (Jobs().Scale on group "app"), a local process cluster in tests.
+// reason is the human sentence shown in `nomad job scaling-events`; meta
+// carries the numbers behind it (stable, panic, ...).
+type Scaler interface {
+	Scale(ctx context.Context, revision string, count int, reason string, meta map[string]string) error
+}

@@ -1,0 +1,220 @@
+// Package catalog is the control plane's in-memory picture of the cluster:
+// revisions and their allocations (fed from Nomad), ready instances (fed from
+// Consul health), and services with their routes and domains (fed from Consul
+// config entries and KV). It does no I/O of its own: adapters in cmd (or a
+// test's local cluster) feed it, and the gateway, activator and autoscaler
+// read it. Nothing in it is authoritative; a restarted control plane rebuilds
+// it from Nomad and Consul.
+package catalog
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// Revision is what the control plane needs to know of one revision job.
+type Revision struct {
+	Name       string `json:"name"`
+	Service    string `json:"service"`
+	Namespace  string `json:"namespace"`
+	Generation int    `json:"generation"`
+	// Concurrency is the per-instance hard limit (0 = none); Timeout bounds
+	// a request. Both come from the job and never change.
+	Concurrency int           `json:"concurrency"`
+	Timeout     time.Duration `json:"timeout"`
+	// Scaling is the service's scaling as applied to this revision.
+	Scaling spec.Scaling `json:"scaling"`
+	// Desired is the job's group count in Nomad.
+	Desired int `json:"desired"`
+}
+
+// Allocation is one Nomad allocation of a revision, with the sidecar's ports
+// on the node. Running is true from the moment Nomad reports its tasks
+// running until it is told to stop; the activator probes it from then on
+// without waiting for Consul.
+type Allocation struct {
+	ID        string `json:"id"`
+	Revision  string `json:"revision"`
+	Address   string `json:"address"`
+	Port      int    `json:"port"`
+	AdminPort int    `json:"admin_port"`
+	Running   bool   `json:"running"`
+}
+
+// Service is a service's route and extra domains.
+type Service struct {
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Domains   []string          `json:"domains,omitempty"`
+	Route     consulroute.Route `json:"route"`
+}
+
+// Catalog is safe for concurrent use. Readers get copies; Changed lets a
+// reader rebuild its own view (for example the gateway's routing table) only
+// when something changed, so request paths never take the catalog's lock.
+type Catalog struct {
+	mu        sync.Mutex
+	revisions map[string]Revision
+	allocs    map[string]Allocation
+	ready     map[string][]consulroute.Instance // by revision
+	services  map[string]Service                // by service name
+	changed   chan struct{}
+}
+
+// New returns an empty catalog.
+func New() *Catalog {
+	return &Catalog{
+		revisions: map[string]Revision{},
+		allocs:    map[string]Allocation{},
+		ready:     map[string][]consulroute.Instance{},
+		services:  map[string]Service{},
+		changed:   make(chan struct{}),
+	}
+}
+
+// Changed returns a channel that is closed at the next change.
+func (c *Catalog) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+// notify must be called with mu held.
+func (c *Catalog) notify() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// SetRevision adds or replaces a revision.
+func (c *Catalog) SetRevision(r Revision) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.revisions[r.Name] = r
+	c.notify()
+}
+
+// DeleteRevision forgets a revision, its allocations and its instances.
+func (c *Catalog) DeleteRevision(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.revisions, name)
+	delete(c.ready, name)
+	for id, a := range c.allocs {
+		if a.Revision == name {
+			delete(c.allocs, id)
+		}
+	}
+	c.notify()
+}
+
+// SetAllocation adds or replaces an allocation.
+func (c *Catalog) SetAllocation(a Allocation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.allocs[a.ID]; ok && old == a {
+		return
+	}
+	c.allocs[a.ID] = a
+	c.notify()
+}
+
+// DeleteAllocation forgets an allocation.
+func (c *Catalog) DeleteAllocation(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.allocs[id]; !ok {
+		return
+	}
+	delete(c.allocs, id)
+	c.notify()
+}
+
+// SetReady replaces the passing instances of a revision (as Consul lists them,
+// instances tagged activator already left out).
+func (c *Catalog) SetReady(revision string, instances []consulroute.Instance) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slices.Equal(c.ready[revision], instances) {
+		return
+	}
+	c.ready[revision] = slices.Clone(instances)
+	c.notify()
+}
+
+// SetService adds or replaces a service's route and domains.
+func (c *Catalog) SetService(s Service) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.services[s.Name] = s
+	c.notify()
+}
+
+// DeleteService forgets a service.
+func (c *Catalog) DeleteService(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.services, name)
+	c.notify()
+}
+
+// Revision returns one revision.
+func (c *Catalog) Revision(name string) (Revision, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.revisions[name]
+	return r, ok
+}
+
+// Revisions returns every revision, sorted by name.
+func (c *Catalog) Revisions() []Revision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Collect(maps.Values(c.revisions))
+	slices.SortFunc(out, func(a, b Revision) int { return cmpString(a.Name, b.Name) })
+	return out
+}
+
+// Allocations returns the allocations of a revision, sorted by ID.
+func (c *Catalog) Allocations(revision string) []Allocation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Allocation
+	for _, a := range c.allocs {
+		if a.Revision == revision {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b Allocation) int { return cmpString(a.ID, b.ID) })
+	return out
+}
+
+// Ready returns the passing instances of a revision.
+func (c *Catalog) Ready(revision string) []consulroute.Instance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.ready[revision])
+}
+
+// Services returns every service, sorted by name.
+func (c *Catalog) Services() []Service {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Collect(maps.Values(c.services))
+	slices.SortFunc(out, func(a, b Service) int { return cmpString(a.Name, b.Name) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
