@@ -10,6 +10,7 @@ package catalog
 import (
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,7 +176,7 @@ func (c *Catalog) Revisions() []Revision {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := slices.Collect(maps.Values(c.revisions))
-	slices.SortFunc(out, func(a, b Revision) int { return cmpString(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b Revision) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -189,7 +190,7 @@ func (c *Catalog) Allocations(revision string) []Allocation {
 			out = append(out, a)
 		}
 	}
-	slices.SortFunc(out, func(a, b Allocation) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b Allocation) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -205,16 +206,6 @@ func (c *Catalog) Services() []Service {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := slices.Collect(maps.Values(c.services))
-	slices.SortFunc(out, func(a, b Service) int { return cmpString(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b Service) int { return strings.Compare(a.Name, b.Name) })
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

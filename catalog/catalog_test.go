@@ -1,0 +1,96 @@
+package catalog
+
+import (
+	"testing"
+
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+)
+
+// changed reports whether ch is closed. Setters close it before they
+// return, so no waiting is needed.
+func changed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestChangedFiresOnEveryKindOfChange(t *testing.T) {
+	c := New()
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"set revision", func() { c.SetRevision(Revision{Name: "hello-00001", Service: "hello"}) }},
+		{"set allocation", func() { c.SetAllocation(Allocation{ID: "a1", Revision: "hello-00001", Running: true}) }},
+		{"set ready", func() {
+			c.SetReady("hello-00001", []consulroute.Instance{{ID: "i1", Revision: "hello-00001", Address: "127.0.0.1", Port: 1}})
+		}},
+		{"set service", func() { c.SetService(Service{Name: "hello"}) }},
+		{"delete allocation", func() { c.DeleteAllocation("a1") }},
+		{"delete service", func() { c.DeleteService("hello") }},
+		{"delete revision", func() { c.DeleteRevision("hello-00001") }},
+	}
+	for _, s := range steps {
+		ch := c.Changed()
+		s.do()
+		if !changed(ch) {
+			t.Fatalf("%s: Changed did not fire", s.name)
+		}
+	}
+}
+
+func TestNoChangeNoNotification(t *testing.T) {
+	c := New()
+	a := Allocation{ID: "a1", Revision: "r", Running: true}
+	inst := []consulroute.Instance{{ID: "i1", Revision: "r"}}
+	c.SetAllocation(a)
+	c.SetReady("r", inst)
+	ch := c.Changed()
+	c.SetAllocation(a)
+	c.SetReady("r", inst)
+	c.DeleteAllocation("nope")
+	if changed(ch) {
+		t.Fatal("Changed fired although nothing changed")
+	}
+}
+
+func TestDeleteRevisionForgetsItsAllocationsAndInstances(t *testing.T) {
+	c := New()
+	c.SetRevision(Revision{Name: "r1"})
+	c.SetRevision(Revision{Name: "r2"})
+	c.SetAllocation(Allocation{ID: "a1", Revision: "r1"})
+	c.SetAllocation(Allocation{ID: "a2", Revision: "r2"})
+	c.SetReady("r1", []consulroute.Instance{{ID: "i1", Revision: "r1"}})
+	c.DeleteRevision("r1")
+	if _, ok := c.Revision("r1"); ok {
+		t.Error("r1 still known")
+	}
+	if got := c.Allocations("r1"); len(got) != 0 {
+		t.Errorf("allocations of r1 = %v", got)
+	}
+	if got := c.Ready("r1"); len(got) != 0 {
+		t.Errorf("ready of r1 = %v", got)
+	}
+	if got := c.Allocations("r2"); len(got) != 1 {
+		t.Errorf("allocations of r2 = %v, want a2 kept", got)
+	}
+}
+
+func TestReadersGetCopies(t *testing.T) {
+	c := New()
+	c.SetReady("r", []consulroute.Instance{{ID: "i1"}})
+	got := c.Ready("r")
+	got[0].ID = "changed"
+	if c.Ready("r")[0].ID != "i1" {
+		t.Fatal("Ready returned the catalog's own slice")
+	}
+	c.SetRevision(Revision{Name: "b"})
+	c.SetRevision(Revision{Name: "a"})
+	revs := c.Revisions()
+	if len(revs) != 2 || revs[0].Name != "a" || revs[1].Name != "b" {
+		t.Fatalf("Revisions not sorted: %v", revs)
+	}
+}
