@@ -56,7 +56,13 @@ func ParseRevisionName(name string) (service string, generation int, ok bool) {
 	if i <= 0 || len(name)-i-1 != GenerationDigits {
 		return "", 0, false
 	}
-	g, err := strconv.Atoi(name[i+1:])
+	tail := name[i+1:]
+	for _, c := range tail {
+		if c < '0' || c > '9' {
+			return "", 0, false
+		}
+	}
+	g, err := strconv.Atoi(tail)
 	if err != nil || g < 1 {
 		return "", 0, false
 	}

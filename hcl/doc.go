@@ -1,0 +1,116 @@
+// Package hcl is the service language of nomad-serverless: it parses `.hcl`
+// service files (HCL2 with Nomad jobspec idioms) into validated spec.Service
+// values, and reports every problem as a diagnostic with file:line:col, a
+// summary and a detail saying how to fix it.
+//
+// A file holds variable blocks, locals blocks and one or more service
+// blocks. Everything a service block leaves out keeps the default of
+// spec.NewService.
+//
+//	variable "image" {
+//	  type        = string
+//	  default     = "nginx:1.27"
+//	  description = "for readers of the file"
+//	}
+//
+//	locals {
+//	  host = "hello.example.com"
+//	}
+//
+//	service "hello" {
+//	  namespace   = "default"
+//	  region      = "global"
+//	  datacenters = ["dc1"]
+//	  node_pool   = "default"
+//	  constraint {                 # repeatable, passed to Nomad as written
+//	    attribute = "${attr.kernel.name}"
+//	    value     = "linux"
+//	  }
+//
+//	  image = var.image            # shorthand for a docker task; or:
+//	  task {
+//	    driver = "docker"
+//	    config {                   # the driver's own config, any shape
+//	      image = var.image
+//	    }
+//	    env = { GREETING = "hi" }  # or env { GREETING = "hi" }
+//	    resources {
+//	      cpu    = 100             # MHz
+//	      memory = 128             # MiB
+//	    }
+//	    port         = 8080        # where the app listens (PORT)
+//	    user         = "nobody"
+//	    kill_timeout = "30s"
+//	    artifact { ... }           # repeatable: source destination mode options
+//	    template { ... }           # repeatable: data|source destination change_mode env
+//	  }
+//
+//	  readiness {                  # exactly one of http, tcp, grpc, exec
+//	    http {
+//	      path    = "/healthz"
+//	      headers = { "X-Probe" = "1" }
+//	    }
+//	    # tcp {}   grpc { service = "name" }   exec { command = ["/bin/check"] }
+//	    port              = 8080   # default: the app's port
+//	    initial_delay     = "0s"
+//	    period            = "0s"   # 0: every 25ms until ready, then every 1s
+//	    timeout           = "1s"
+//	    success_threshold = 1
+//	    failure_threshold = 3
+//	  }
+//	  liveness { ... }             # same syntax; period defaults to 10s
+//
+//	  concurrency            = 10  # requests per instance at once, 0 = no limit
+//	  timeout                = "300s"
+//	  response_start_timeout = "0s"
+//	  idle_timeout           = "0s"
+//
+//	  scaling {
+//	    min                        = 0
+//	    max                        = 10    # 0 = unbounded
+//	    initial                    = 1
+//	    metric                     = "concurrency" # or "rps"
+//	    target                     = 100   # default 100, or 200 for rps
+//	    utilization                = 70
+//	    window                     = "60s"
+//	    panic_window_percentage    = 10
+//	    panic_threshold_percentage = 200
+//	    scale_to_zero_grace        = "30s"
+//	    scale_down_delay           = "0s"
+//	    burst_capacity             = 211   # -1: activator always in the path
+//	    activation_scale           = 1
+//	    max_scale_up_rate          = 1000
+//	    max_scale_down_rate        = 2
+//	  }
+//
+//	  traffic {                    # repeatable; none means 100% to latest
+//	    revision = "hello-00001"   # or latest = true
+//	    percent  = 90
+//	    tag      = "stable"        # also routes stable-hello.<ns>.<domain>
+//	  }
+//
+//	  network { mode = "host" }    # or "bridge"
+//	  connect {
+//	    upstream {
+//	      destination     = "db"
+//	      local_bind_port = 5432
+//	    }
+//	  }
+//	  tags    = ["traefik.enable=true"]
+//	  meta    = { team = "web" }   # or meta { team = "web" }
+//	  domains = [local.host]
+//	}
+//
+// Durations are strings with a unit ("30s", "1m30s", "250ms"); a bare number
+// is refused because its unit would be a guess. null means "not set".
+// Expressions may use var.*, local.*, and the functions Nomad jobspecs offer
+// (upper, lower, format, join, split, concat, merge, lookup, length,
+// coalesce, min, max, jsonencode, jsondecode, replace, trimspace, try, can,
+// ...). There is no env(): values come from outside only through variables,
+// set (lowest precedence first) by their default, NOMAD_SERVERLESS_VAR_<name>,
+// -var-file files and -var flags.
+//
+// References Nomad resolves at run time, such as "${attr.kernel.name}",
+// "${node.unique.id}", "${meta.rack}", "${NOMAD_PORT_app}" or "${PORT}", are
+// kept as written, as in Nomad's own HCL2 jobspecs.
+package hcl

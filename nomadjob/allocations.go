@@ -1,0 +1,261 @@
+package nomadjob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// Allocation is one instance of a revision as Nomad sees it.
+type Allocation struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Revision string `json:"revision"`
+	NodeName string `json:"node_name,omitempty"`
+	// ClientStatus is pending, running, complete, failed or lost;
+	// DesiredStatus run, stop or evict.
+	ClientStatus  string `json:"client_status"`
+	DesiredStatus string `json:"desired_status"`
+	// Address is the node address the ports are bound on; HTTPPort is
+	// the sidecar's serving port, AdminPort its stats port (0 until
+	// placed, and not read for allocations that are stopped).
+	Address   string `json:"address,omitempty"`
+	HTTPPort  int    `json:"http_port,omitempty"`
+	AdminPort int    `json:"admin_port,omitempty"`
+	// Running: Nomad runs its tasks and means to keep it.
+	Running  bool      `json:"running"`
+	Restarts int       `json:"restarts,omitempty"`
+	Created  time.Time `json:"created"`
+	// Failure says why the allocation or one of its tasks failed, from
+	// Nomad's task events ("" when nothing failed): what deploy prints
+	// when a revision does not become ready.
+	Failure string `json:"failure,omitempty"`
+}
+
+// Stopped reports whether the allocation is gone or on its way out.
+func (a Allocation) Stopped() bool {
+	return a.DesiredStatus != api.AllocDesiredStatusRun || isTerminal(a.ClientStatus)
+}
+
+func isTerminal(clientStatus string) bool {
+	switch clientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	}
+	return false
+}
+
+// Allocations lists a revision's current allocations (Nomad's default: the
+// latest of each slot), newest first. For every allocation still meant to
+// run it also reads the full allocation for its address and ports.
+func (c *Client) Allocations(ctx context.Context, revision string) ([]Allocation, error) {
+	ns := c.namespaceOf(revision)
+	op := "list allocations of revision " + revision
+	stubs, _, err := c.api.Jobs().Allocations(revision, false, c.query(ctx, ns))
+	if err != nil {
+		return nil, c.wrap(op, ns, capRead, err)
+	}
+	out := make([]Allocation, 0, len(stubs))
+	for _, s := range stubs {
+		a := Allocation{
+			ID: s.ID, Name: s.Name, Revision: s.JobID, NodeName: s.NodeName,
+			ClientStatus: s.ClientStatus, DesiredStatus: s.DesiredStatus,
+			Created: time.Unix(0, s.CreateTime).UTC(),
+			Failure: FailureSummary(s.ClientStatus, s.ClientDescription, s.TaskStates),
+		}
+		a.Running = a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun
+		for _, ts := range s.TaskStates {
+			if ts != nil {
+				a.Restarts += int(ts.Restarts)
+			}
+		}
+		if !a.Stopped() {
+			full, _, err := c.api.Allocations().Info(s.ID, c.query(ctx, ns))
+			switch {
+			case err == nil:
+				a.Address, a.HTTPPort, a.AdminPort = allocPorts(full.AllocatedResources, full.Resources)
+			case errors.Is(c.wrap(op, ns, capRead, err), ErrNotFound):
+				// Garbage-collected in between; keep what the stub says.
+			default:
+				return nil, c.wrap(op+": read allocation "+s.ID, ns, capRead, err)
+			}
+		}
+		out = append(out, a)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
+	return out, nil
+}
+
+// allocPorts finds the node address and the host ports of the http and
+// admin ports: AllocatedResources.Shared.Ports (Nomad 1.x), else the
+// shared networks' ports, else the legacy Resources.Networks.
+func allocPorts(ar *api.AllocatedResources, legacy *api.Resources) (addr string, httpPort, adminPort int) {
+	if ar != nil {
+		for _, p := range ar.Shared.Ports {
+			switch p.Label {
+			case spec.PortHTTP:
+				httpPort, addr = p.Value, p.HostIP
+			case spec.PortAdmin:
+				adminPort = p.Value
+				if addr == "" {
+					addr = p.HostIP
+				}
+			}
+		}
+		if httpPort != 0 {
+			return addr, httpPort, adminPort
+		}
+		if a, h, m := networkPorts(ar.Shared.Networks); h != 0 {
+			return a, h, m
+		}
+	}
+	if legacy != nil {
+		return networkPorts(legacy.Networks)
+	}
+	return "", 0, 0
+}
+
+func networkPorts(nets []*api.NetworkResource) (addr string, httpPort, adminPort int) {
+	for _, n := range nets {
+		if n == nil {
+			continue
+		}
+		for _, ports := range [][]api.Port{n.DynamicPorts, n.ReservedPorts} {
+			for _, p := range ports {
+				switch p.Label {
+				case spec.PortHTTP:
+					httpPort, addr = p.Value, n.IP
+				case spec.PortAdmin:
+					adminPort = p.Value
+				}
+			}
+		}
+	}
+	return addr, httpPort, adminPort
+}
+
+// FailureSummary says why an allocation or its tasks failed, from Nomad's
+// allocation status and task events, user task first; "" when nothing
+// failed. It names the task and uses Nomad's own words (DisplayMessage)
+// where they are the clearest, adding what a user should do for the common
+// cases (image pull, out of memory, crash loop).
+func FailureSummary(clientStatus, clientDescription string, states map[string]*api.TaskState) string {
+	var parts []string
+	for _, name := range taskOrder(states) {
+		if msg := taskFailure(states[name]); msg != "" {
+			parts = append(parts, fmt.Sprintf("task %s: %s", name, msg))
+		}
+	}
+	if len(parts) == 0 && clientStatus == api.AllocClientStatusFailed {
+		d := clientDescription
+		if d == "" {
+			d = "allocation failed"
+		}
+		parts = append(parts, d)
+	}
+	if len(parts) == 0 && clientStatus == api.AllocClientStatusLost {
+		parts = append(parts, "allocation lost: its node stopped answering")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// taskOrder puts the user task first, then the sidecar, then the rest.
+func taskOrder(states map[string]*api.TaskState) []string {
+	rank := func(n string) int {
+		switch n {
+		case spec.UserTaskName:
+			return 0
+		case spec.SidecarTaskName:
+			return 1
+		}
+		return 2
+	}
+	names := sortedKeys(states)
+	sort.SliceStable(names, func(i, j int) bool { return rank(names[i]) < rank(names[j]) })
+	return names
+}
+
+// taskFailure reads one task's events, newest last, and describes its most
+// telling failure; "" for a task that has not failed.
+func taskFailure(ts *api.TaskState) string {
+	if ts == nil {
+		return ""
+	}
+	var cause, last string
+	restartsExceeded := false
+	for _, e := range ts.Events {
+		if e == nil {
+			continue
+		}
+		switch e.Type {
+		case api.TaskDriverFailure:
+			cause = "driver failure: " + firstOf(e.DriverError, e.DisplayMessage)
+			if strings.Contains(strings.ToLower(cause), "pull") || strings.Contains(strings.ToLower(cause), "image") {
+				cause += " (check the image name and that the node can pull it)"
+			}
+		case api.TaskSetupFailure:
+			cause = "setup failed: " + firstOf(e.SetupError, e.DisplayMessage)
+		case api.TaskFailedValidation:
+			cause = "invalid task: " + firstOf(e.ValidationError, e.DisplayMessage)
+		case api.TaskArtifactDownloadFailed:
+			cause = "artifact download failed: " + firstOf(e.DownloadError, e.DisplayMessage)
+		case api.TaskTerminated:
+			switch {
+			case e.Details["oom_killed"] == "true":
+				cause = "killed for running out of memory; raise task.resources.memory"
+			case e.ExitCode != 0:
+				cause = fmt.Sprintf("exited with code %d", e.ExitCode)
+				if e.Signal != 0 {
+					cause += fmt.Sprintf(" (signal %d)", e.Signal)
+				}
+			case e.Signal != 0:
+				cause = fmt.Sprintf("killed by signal %d", e.Signal)
+			}
+		case api.TaskNotRestarting:
+			restartsExceeded = true
+			last = e.DisplayMessage
+		case api.TaskSiblingFailed:
+			if cause == "" {
+				cause = "stopped because task " + e.FailedSibling + " failed"
+			}
+		case api.TaskKilled, api.TaskKilling, api.TaskStarted, api.TaskReceived, api.TaskSetup, api.TaskRestarting, api.TaskDriverMessage:
+			if e.FailsTask && cause == "" {
+				cause = e.DisplayMessage
+			}
+		default:
+			if e.FailsTask {
+				cause = firstOf(e.DisplayMessage, e.Type)
+			}
+		}
+	}
+	if !ts.Failed && !restartsExceeded {
+		// A task still running or restarting: report a cause only once
+		// it has restarted, so deploy can say "crash looping".
+		if ts.Restarts > 0 && cause != "" {
+			return fmt.Sprintf("%s, restarted %d times", cause, ts.Restarts)
+		}
+		return ""
+	}
+	if cause == "" {
+		cause = firstOf(last, "failed")
+	}
+	if restartsExceeded {
+		cause += fmt.Sprintf(" (restarts exceeded after %d restarts)", ts.Restarts)
+	}
+	return cause
+}
+
+func firstOf(vals ...string) string {
+	for _, v := range vals {
+		if v = strings.TrimSpace(v); v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,274 @@
+package nomadjob
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// EventKind says what an Event reports.
+type EventKind string
+
+const (
+	// EventRevisionRegistered: a revision job's first version appeared.
+	EventRevisionRegistered EventKind = "revision-registered"
+	// EventRevisionUpdated: a later version (a scale call, a scaling
+	// settings update, a re-registration).
+	EventRevisionUpdated EventKind = "revision-updated"
+	// EventRevisionDeregistered: the job was stopped or purged.
+	EventRevisionDeregistered EventKind = "revision-deregistered"
+	// EventAllocationUpdated: an allocation of a revision changed
+	// (placed, started, stopped, failed, ...).
+	EventAllocationUpdated EventKind = "allocation-updated"
+)
+
+// Event is one change to a revision or its allocations, from Nomad's event
+// stream.
+type Event struct {
+	Kind EventKind
+	// Index is the Nomad index of the change.
+	Index uint64
+	// Revision is set for revision events. For a job deregistered
+	// without a payload, only Name, Service, Generation and Namespace are
+	// known.
+	Revision RevisionInfo
+	// Purged is true when a deregistered job is gone for good.
+	Purged bool
+	// Allocation is set for allocation events.
+	Allocation AllocationEvent
+}
+
+// AllocationEvent is the state of one allocation after a change.
+type AllocationEvent struct {
+	ID        string `json:"id"`
+	Revision  string `json:"revision"`
+	Namespace string `json:"namespace"`
+	// Address and the sidecar's host ports (0 until placed).
+	Address   string `json:"address,omitempty"`
+	HTTPPort  int    `json:"http_port,omitempty"`
+	AdminPort int    `json:"admin_port,omitempty"`
+
+	ClientStatus  string `json:"client_status"`
+	DesiredStatus string `json:"desired_status"`
+	// Running: Nomad runs its tasks and means to keep it. Stopped: it is
+	// gone or on its way out (told to stop, complete, failed or lost).
+	Running bool `json:"running"`
+	Stopped bool `json:"stopped"`
+}
+
+// WatchEvents follows Nomad's event stream (topics Job and Allocation, all
+// namespaces) from index since (0: from now) and calls fn, in order, for
+// every change to a revision job of ours or to one of its allocations.
+// Other jobs' events are skipped; heartbeats are ignored.
+//
+// When the stream breaks it reconnects after a pause (doubling from
+// 0.5 s up to 30 s, reset by every event received) and resumes after the
+// last index it delivered, so nothing is missed while Nomad still holds
+// the events. It returns ctx's error when ctx ends, or an error Nomad will
+// keep giving (a permission error, for one) without retrying.
+func (c *Client) WatchEvents(ctx context.Context, since uint64, fn func(Event)) error {
+	const op = "watch Nomad events"
+	topics := map[api.Topic][]string{api.TopicJob: nil, api.TopicAllocation: nil}
+	f := newEventFilter()
+	index := since
+	backoff := c.backoffMin
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		ch, err := c.api.EventStream().Stream(sctx, topics, index, c.query(sctx, api.AllNamespacesNamespace))
+		streamed := false
+		if err == nil {
+			streamed = true
+			var received bool
+			index, received, err = c.drain(ctx, ch, index, f, fn)
+			if received {
+				backoff = c.backoffMin
+			}
+		}
+		cancel()
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		// A stream that was open and broke is always worth reopening; a
+		// stream that could not be opened only for transient reasons.
+		if streamed {
+			c.log.Warn("Nomad event stream ended; reconnecting", "addr", c.addr, "index", index, "retry_in", backoff, "err", err)
+		} else {
+			werr := c.wrap(op, api.AllNamespacesNamespace, capRead, err)
+			if !IsTransient(werr) {
+				return werr
+			}
+			c.log.Warn("cannot open Nomad's event stream; retrying", "index", index, "retry_in", backoff, "err", werr)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, c.backoffMax)
+	}
+}
+
+// drain delivers events from an open stream until it breaks or ctx ends.
+// It returns the index to resume from and whether any event came.
+func (c *Client) drain(ctx context.Context, ch <-chan *api.Events, index uint64, f *eventFilter, fn func(Event)) (uint64, bool, error) {
+	received := false
+	for {
+		select {
+		case <-ctx.Done():
+			return index, received, ctx.Err()
+		case evs, ok := <-ch:
+			if !ok {
+				return index, received, io.EOF
+			}
+			if evs.Err != nil {
+				return index, received, evs.Err
+			}
+			received = true
+			for _, e := range evs.Events {
+				if ev, ok := f.translate(c, e); ok {
+					fn(ev)
+				}
+			}
+			// Nomad starts a stream at the first event at or after the
+			// requested index: resume just past what was delivered.
+			if evs.Index >= index {
+				index = evs.Index + 1
+			}
+			if err := ctx.Err(); err != nil {
+				return index, received, err
+			}
+		}
+	}
+}
+
+// eventFilter remembers which jobs the stream has shown not to be ours, so
+// their allocations are skipped too. It is used by one WatchEvents call.
+type eventFilter struct {
+	notOurs map[string]bool // namespace/job ID
+}
+
+func newEventFilter() *eventFilter { return &eventFilter{notOurs: map[string]bool{}} }
+
+func (f *eventFilter) translate(c *Client, e api.Event) (Event, bool) {
+	switch e.Topic {
+	case api.TopicJob:
+		return f.job(c, e)
+	case api.TopicAllocation:
+		return f.allocation(c, e)
+	}
+	return Event{}, false
+}
+
+func (f *eventFilter) job(c *Client, e api.Event) (Event, bool) {
+	job, deleted, err := e.DeregisteredJob()
+	if err != nil {
+		c.log.Warn("skipping a Nomad job event that does not decode", "key", e.Key, "index", e.Index, "err", err)
+		return Event{}, false
+	}
+	ev := Event{Index: e.Index}
+	deregistered := e.Type == "JobDeregistered" || e.Type == "JobBatchDeregistered"
+	if job == nil {
+		// A purge may come without the job: go by the name alone.
+		svc, gen, ok := spec.ParseRevisionName(e.Key)
+		ns := eventNamespace(e)
+		if !deregistered || !ok || f.notOurs[ns+"/"+e.Key] {
+			return Event{}, false
+		}
+		ev.Kind, ev.Purged = EventRevisionDeregistered, true
+		ev.Revision = RevisionInfo{Name: e.Key, Service: svc, Generation: gen, Namespace: ns, Stopped: true}
+		return ev, true
+	}
+	info, err := RevisionFromJob(job)
+	if errors.Is(err, ErrNotOurs) {
+		f.notOurs[deref(job.Namespace, eventNamespace(e))+"/"+jobID(job)] = true
+		return Event{}, false
+	}
+	if err != nil {
+		c.log.Warn("skipping an event of a malformed revision job", "job", jobID(job), "index", e.Index, "err", err)
+		return Event{}, false
+	}
+	c.remember(info.Name, info.Namespace)
+	ev.Revision = info
+	switch {
+	case deregistered:
+		ev.Kind, ev.Purged = EventRevisionDeregistered, deleted
+		ev.Revision.Stopped = true
+	case info.Stopped:
+		ev.Kind = EventRevisionDeregistered
+	case deref(job.Version, 1) == 0:
+		ev.Kind = EventRevisionRegistered
+	default:
+		ev.Kind = EventRevisionUpdated
+	}
+	return ev, true
+}
+
+func (f *eventFilter) allocation(c *Client, e api.Event) (Event, bool) {
+	a, err := e.Allocation()
+	if err != nil || a == nil {
+		c.log.Warn("skipping a Nomad allocation event that does not decode", "key", e.Key, "index", e.Index, "err", err)
+		return Event{}, false
+	}
+	ns := a.Namespace
+	if ns == "" {
+		ns = eventNamespace(e)
+	}
+	if !isRevisionAlloc(a) || f.notOurs[ns+"/"+a.JobID] {
+		return Event{}, false
+	}
+	ae := AllocationEvent{
+		ID: a.ID, Revision: a.JobID, Namespace: ns,
+		ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus,
+	}
+	ae.Address, ae.HTTPPort, ae.AdminPort = allocPorts(a.AllocatedResources, a.Resources)
+	ae.Running = a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun
+	ae.Stopped = a.DesiredStatus != api.AllocDesiredStatusRun || isTerminal(a.ClientStatus)
+	return Event{Kind: EventAllocationUpdated, Index: e.Index, Allocation: ae}, true
+}
+
+// isRevisionAlloc recognises an allocation of a revision job without the
+// job (Nomad leaves it out of allocation events): a revision name, group
+// "app", tasks "user" and "queue-proxy".
+func isRevisionAlloc(a *api.Allocation) bool {
+	if _, _, ok := spec.ParseRevisionName(a.JobID); !ok || a.TaskGroup != spec.GroupName {
+		return false
+	}
+	if a.Job != nil {
+		_, ok := a.Job.Meta[spec.JobMetaService]
+		return ok
+	}
+	if a.AllocatedResources != nil && len(a.AllocatedResources.Tasks) > 0 {
+		_, user := a.AllocatedResources.Tasks[spec.UserTaskName]
+		_, proxy := a.AllocatedResources.Tasks[spec.SidecarTaskName]
+		return user && proxy
+	}
+	if len(a.TaskStates) > 0 {
+		_, user := a.TaskStates[spec.UserTaskName]
+		_, proxy := a.TaskStates[spec.SidecarTaskName]
+		return user && proxy
+	}
+	return true
+}
+
+// eventNamespace is the namespace of an event, which Nomad sends beside
+// the payload; api.Event does not decode it, so it is read from the
+// payload object when there is one.
+func eventNamespace(e api.Event) string {
+	for _, k := range []string{"Job", "Allocation"} {
+		if m, ok := e.Payload[k].(map[string]any); ok {
+			if ns, ok := m["Namespace"].(string); ok && ns != "" {
+				return ns
+			}
+		}
+	}
+	return spec.DefaultNamespace
+}

@@ -1,0 +1,172 @@
+package nomadjob
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
+)
+
+// streamExchange answers an event stream request from index with text
+// (newline-delimited JSON, as Nomad streams it).
+func streamExchange(name, index, text string) fixtures.Exchange {
+	return fixtures.Exchange{
+		Name: name,
+		Request: fixtures.Request{
+			Method: http.MethodGet, Path: "/v1/event/stream",
+			Query: fixtures.Query{"index": {index}, "topic": {"Job", "Allocation"}},
+		},
+		Response: fixtures.Response{
+			Status:  http.StatusOK,
+			Headers: map[string]string{"Content-Type": "application/json"},
+			Body:    fixtures.TextBody(text),
+		},
+	}
+}
+
+// collect runs WatchEvents until an event at index stopAt arrives.
+func collect(t *testing.T, c *Client, since, stopAt uint64) ([]Event, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	var mu sync.Mutex
+	var evs []Event
+	err := c.WatchEvents(ctx, since, func(e Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		evs = append(evs, e)
+		if e.Index >= stopAt {
+			cancel()
+		}
+	})
+	return evs, err
+}
+
+type allocWant struct {
+	index            uint64
+	id               string
+	status           string
+	http, admin      int
+	running, stopped bool
+}
+
+func checkStream(t *testing.T, evs []Event) {
+	t.Helper()
+	var allocs []allocWant
+	var revs []Event
+	for _, e := range evs {
+		switch e.Kind {
+		case EventAllocationUpdated:
+			a := e.Allocation
+			if a.Revision != "hello-00001" || a.Namespace != "default" || a.Address != "127.0.0.1" {
+				t.Errorf("allocation event %+v", a)
+			}
+			allocs = append(allocs, allocWant{e.Index, a.ID[:8], a.ClientStatus, a.HTTPPort, a.AdminPort, a.Running, a.Stopped})
+		default:
+			revs = append(revs, e)
+		}
+	}
+	want := []allocWant{
+		{11, "7aeda235", "pending", 24721, 30598, false, false},
+		{13, "7aeda235", "running", 24721, 30598, true, false},
+		{18, "7aeda235", "running", 24721, 30598, true, false},
+		{18, "060fbdaa", "pending", 21508, 24496, false, false},
+		{20, "7aeda235", "running", 24721, 30598, true, false},
+		{20, "060fbdaa", "running", 21508, 24496, true, false},
+		{21, "060fbdaa", "running", 21508, 24496, true, false},
+	}
+	if len(allocs) != len(want) {
+		t.Fatalf("allocation events:\n%+v\nwant\n%+v", allocs, want)
+	}
+	for i := range want {
+		if allocs[i] != want[i] {
+			t.Errorf("allocation event %d = %+v, want %+v", i, allocs[i], want[i])
+		}
+	}
+	if len(revs) != 2 {
+		t.Fatalf("revision events = %+v, want 2", revs)
+	}
+	if revs[0].Kind != EventRevisionRegistered || revs[0].Index != 11 || revs[0].Revision.Name != "hello-00001" || revs[0].Revision.Count != 1 {
+		t.Errorf("first revision event = %+v", revs[0])
+	}
+	if revs[1].Kind != EventRevisionUpdated || revs[1].Index != 15 || revs[1].Revision.Count != 2 || revs[1].Revision.Service != "hello" {
+		t.Errorf("second revision event = %+v", revs[1])
+	}
+}
+
+func TestWatchEvents(t *testing.T) {
+	stream := string(fixtures.ReadFile(t, "nomad-1.6/011-event-stream.ndjson"))
+	c, r := newTestClient(t, streamExchange("stream", "0", stream))
+	evs, err := collect(t, c, 0, 21)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("WatchEvents returned %v, want context.Canceled", err)
+	}
+	checkStream(t, evs)
+	if ns := r.Received()[0].Query.Get("namespace"); ns != "*" {
+		t.Errorf("stream namespace = %q, want *", ns)
+	}
+}
+
+func TestWatchEventsResumesAfterBreak(t *testing.T) {
+	lines := strings.SplitAfter(string(fixtures.ReadFile(t, "nomad-1.6/011-event-stream.ndjson")), "\n")
+	// The first connection breaks after the event at index 15; the client
+	// must reconnect from 16 and get the rest exactly once. A server error
+	// on the way is retried too.
+	first := strings.Join(lines[:4], "")
+	if !strings.Contains(lines[3], `"Index":15`) {
+		t.Fatalf("fixture changed: line 4 is not index 15: %.80s", lines[3])
+	}
+	failed := streamExchange("stream-500", "16", "")
+	failed.Response.Status = http.StatusInternalServerError
+	failed.Response.Body = fixtures.TextBody("rpc error: no cluster leader")
+	c, r := newTestClient(t,
+		streamExchange("stream-from-0", "0", first),
+		failed,
+		streamExchange("stream-from-16", "16", strings.Join(lines[4:], "")))
+	evs, err := collect(t, c, 0, 21)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("WatchEvents returned %v", err)
+	}
+	checkStream(t, evs)
+	r.AssertAllUsed(t)
+}
+
+func TestWatchEventsStopsOnPermissionError(t *testing.T) {
+	denied := streamExchange("stream-403", "5", "")
+	denied.Response.Status = http.StatusForbidden
+	denied.Response.Body = fixtures.TextBody("Permission denied")
+	c, _ := newTestClient(t, denied)
+	_, err := collect(t, c, 5, 1)
+	if !errors.Is(err, ErrPermission) || !strings.Contains(err.Error(), "watch Nomad events") || !strings.Contains(err.Error(), "read-job") {
+		t.Errorf("err = %v, want a permission error naming the operation and read-job", err)
+	}
+}
+
+func TestWatchEventsSkipsOtherJobs(t *testing.T) {
+	stream := strings.Join([]string{
+		`{"Index":30,"Events":[{"Topic":"Job","Type":"JobRegistered","Key":"redis-00001","Namespace":"default","Index":30,"Payload":{"Job":{"ID":"redis-00001","Namespace":"default","Version":0,"Meta":{"owner":"ops"},"TaskGroups":[{"Name":"app","Count":1}]}}}]}`,
+		`{"Index":31,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a1","Namespace":"default","Index":31,"Payload":{"Allocation":{"ID":"a1","JobID":"redis-00001","Namespace":"default","TaskGroup":"app","ClientStatus":"running","DesiredStatus":"run"}}}]}`,
+		`{"Index":32,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a2","Namespace":"default","Index":32,"Payload":{"Allocation":{"ID":"a2","JobID":"web","Namespace":"default","TaskGroup":"app","ClientStatus":"running","DesiredStatus":"run"}}}]}`,
+		`{"Index":33,"Events":[{"Topic":"Job","Type":"JobDeregistered","Key":"hello-00002","Namespace":"default","Index":33,"Payload":{"Job":null}}]}`,
+		`{"Index":34,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a3","Namespace":"default","Index":34,"Payload":{"Allocation":{"ID":"a3","JobID":"hello-00002","Namespace":"default","TaskGroup":"app","ClientStatus":"complete","DesiredStatus":"stop","TaskStates":{"user":{"State":"dead"},"queue-proxy":{"State":"dead"}}}}}]}`,
+		"",
+	}, "\n")
+	c, _ := newTestClient(t, streamExchange("stream", "30", stream))
+	evs, err := collect(t, c, 30, 34)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("WatchEvents returned %v", err)
+	}
+	if len(evs) != 2 {
+		t.Fatalf("events = %+v, want the purge of hello-00002 and its stopped allocation only", evs)
+	}
+	if e := evs[0]; e.Kind != EventRevisionDeregistered || !e.Purged || e.Revision.Name != "hello-00002" || e.Revision.Service != "hello" {
+		t.Errorf("purge event = %+v", e)
+	}
+	if a := evs[1].Allocation; evs[1].Kind != EventAllocationUpdated || a.ID != "a3" || !a.Stopped || a.Running {
+		t.Errorf("allocation event = %+v", evs[1])
+	}
+}

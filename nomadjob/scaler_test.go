@@ -1,0 +1,9 @@
+package nomadjob_test
+
+import (
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+)
+
+// The Nomad client is the autoscaler's Scaler in production.
+var _ autoscaler.Scaler = (*nomadjob.Client)(nil)

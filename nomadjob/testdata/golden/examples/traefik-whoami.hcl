@@ -1,0 +1,157 @@
+job "whoami-00001" {
+  namespace   = "default"
+  type        = "service"
+  datacenters = ["*"]
+  meta = {
+    "serverless.concurrency" = "0"
+    "serverless.generation"  = "1"
+    "serverless.revision"    = "whoami-00001"
+    "serverless.service"     = "whoami"
+    "serverless.spec-hash"   = "sha256:70a6434ec22c4eec22cf93c0f50cf87aa3a27a5c8ce131dfe2f32200c51f6f44"
+    "serverless.timeout"     = "5m0s"
+  }
+
+  update {
+    max_parallel = 0
+  }
+
+  group "app" {
+    count          = 1
+    shutdown_delay = "5s"
+
+    scaling {
+      enabled = false
+      min     = 0
+      max     = 1000
+
+      policy {
+        serverless {
+          activation_scale           = 1
+          burst_capacity             = 211
+          initial                    = 1
+          max                        = 0
+          max_scale_down_rate        = 2
+          max_scale_up_rate          = 1000
+          metric                     = "concurrency"
+          min                        = 0
+          panic_threshold_percentage = 200
+          panic_window_percentage    = 10
+          scale_down_delay           = "0s"
+          scale_to_zero_grace        = "30s"
+          target                     = 100
+          utilization                = 70
+          window                     = "1m0s"
+        }
+      }
+    }
+
+    restart {
+      attempts = 3
+      interval = "1m0s"
+      delay    = "1s"
+      mode     = "fail"
+    }
+
+    reschedule {
+      delay          = "5s"
+      delay_function = "exponential"
+      max_delay      = "1m0s"
+      unlimited      = true
+    }
+
+    network {
+      mode = "host"
+
+      port "http" {}
+
+      port "app" {}
+
+      port "admin" {}
+    }
+
+    service {
+      name     = "whoami-00001"
+      port     = "http"
+      provider = "consul"
+      tags     = ["serverless", "service=whoami", "traefik.enable=true", "traefik.http.routers.whoami.rule=Host(`whoami.example.com`)", "traefik.http.routers.whoami.entrypoints=web", "traefik.http.routers.whoami.service=whoami", "traefik.http.services.whoami.loadbalancer.passhostheader=true"]
+
+      meta {
+        admin-port = "${NOMAD_HOST_PORT_admin}"
+        revision   = "whoami-00001"
+        service    = "whoami"
+        team       = "platform"
+      }
+
+      check {
+        name     = "ready"
+        type     = "http"
+        path     = "/"
+        port     = "http"
+        interval = "1s"
+        timeout  = "1s"
+
+        header {
+          K-Network-Probe = ["queue"]
+        }
+      }
+    }
+
+    task "user" {
+      driver       = "docker"
+      kill_timeout = "30s"
+
+      config {
+        args         = ["--port", "8080"]
+        image        = "traefik/whoami:v1.10"
+        network_mode = "host"
+      }
+
+      env {
+        K_REVISION = "whoami-00001"
+        K_SERVICE  = "whoami"
+        PORT       = "${NOMAD_PORT_app}"
+      }
+
+      resources {
+        cpu    = 100
+        memory = 128
+      }
+    }
+
+    task "queue-proxy" {
+      driver       = "raw_exec"
+      kill_timeout = "30s"
+
+      lifecycle {
+        hook    = "prestart"
+        sidecar = true
+      }
+
+      config {
+        args    = ["sidecar"]
+        command = "/usr/local/bin/nomad-serverless"
+      }
+
+      env {
+        PORT                              = "${NOMAD_PORT_http}"
+        SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
+        SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"
+        SERVERLESS_CONCURRENCY            = "0"
+        SERVERLESS_DRAIN_GRACE            = "3s"
+        SERVERLESS_DRAIN_TIMEOUT          = "29s"
+        SERVERLESS_IDLE_TIMEOUT           = "0s"
+        SERVERLESS_INSTANCE               = "${NOMAD_ALLOC_ID}"
+        SERVERLESS_QUEUE_DEPTH            = "0"
+        SERVERLESS_RESPONSE_START_TIMEOUT = "0s"
+        SERVERLESS_REVISION               = "whoami-00001"
+        SERVERLESS_SERVICE                = "whoami"
+        SERVERLESS_TIMEOUT                = "5m0s"
+      }
+
+      resources {
+        cpu    = 50
+        memory = 64
+      }
+    }
+  }
+}
