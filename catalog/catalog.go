@@ -65,6 +65,9 @@ type Catalog struct {
 	ready     map[string][]consulroute.Instance // by revision
 	services  map[string]Service                // by service name
 	changed   chan struct{}
+	// revList caches Revisions' sorted result until the next change: the
+	// autoscaler reads it every tick over thousands of revisions.
+	revList []Revision
 }
 
 // New returns an empty catalog.
@@ -87,6 +90,7 @@ func (c *Catalog) Changed() <-chan struct{} {
 
 // notify must be called with mu held.
 func (c *Catalog) notify() {
+	c.revList = nil
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
@@ -171,13 +175,16 @@ func (c *Catalog) Revision(name string) (Revision, bool) {
 	return r, ok
 }
 
-// Revisions returns every revision, sorted by name.
+// Revisions returns every revision, sorted by name. The slice is shared by
+// every caller until the next change: read it, never modify it.
 func (c *Catalog) Revisions() []Revision {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := slices.Collect(maps.Values(c.revisions))
-	slices.SortFunc(out, func(a, b Revision) int { return strings.Compare(a.Name, b.Name) })
-	return out
+	if c.revList == nil {
+		c.revList = slices.Collect(maps.Values(c.revisions))
+		slices.SortFunc(c.revList, func(a, b Revision) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return c.revList
 }
 
 // Allocations returns the allocations of a revision, sorted by ID.

@@ -1,0 +1,241 @@
+package consulroute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// Service meta keys of the activator's registrations.
+const (
+	// MetaReplica names the control-plane replica that registered an
+	// activator or stand-in instance.
+	MetaReplica = "replica"
+	// MetaDomain is the domain the gateway serves hosts under
+	// (<service>.<namespace>.<domain>).
+	MetaDomain = "domain"
+)
+
+// ActivatorRegistration is one control-plane replica's entry in the
+// nomad-serverless-activator service.
+type ActivatorRegistration struct {
+	// ID is the Consul service ID; default
+	// "nomad-serverless-activator-<replica>", unique per replica.
+	ID string
+	// Address and Port are where the gateway/activator serves requests.
+	Address string
+	Port    int
+	// AdminPort serves /healthz (and metrics); the check polls it.
+	AdminPort int
+	// Domain is the gateway's host domain, so `deploy` can print a URL.
+	Domain string
+	// CheckInterval and CheckTimeout of the HTTP check; default 2s and 1s.
+	CheckInterval time.Duration
+	CheckTimeout  time.Duration
+	// DeregisterAfter removes a replica whose check stayed critical this
+	// long (a crashed replica); default 1m.
+	DeregisterAfter time.Duration
+}
+
+func (c *Client) activatorID(id string) string {
+	if id != "" {
+		return id
+	}
+	return spec.ActivatorServiceName + "-" + c.replica
+}
+
+// RegisterActivator registers this replica in the nomad-serverless-activator
+// service with an HTTP check on its admin /healthz, after making sure the
+// service's protocol is http (revision resolvers fail over to it, and
+// Consul needs the protocols to match: fixture 030). Registering again
+// replaces the registration.
+func (c *Client) RegisterActivator(ctx context.Context, reg ActivatorRegistration) error {
+	op := "register the activator"
+	switch {
+	case reg.Address == "":
+		return fmt.Errorf("%s: address is empty", op)
+	case reg.Port <= 0 || reg.Port > 65535:
+		return fmt.Errorf("%s: port %d is not a TCP port", op, reg.Port)
+	case reg.AdminPort <= 0 || reg.AdminPort > 65535:
+		return fmt.Errorf("%s: admin port %d is not a TCP port", op, reg.AdminPort)
+	}
+	if reg.CheckInterval <= 0 {
+		reg.CheckInterval = 2 * time.Second
+	}
+	if reg.CheckTimeout <= 0 {
+		reg.CheckTimeout = time.Second
+	}
+	if reg.DeregisterAfter <= 0 {
+		reg.DeregisterAfter = time.Minute
+	}
+	if err := c.ensureHTTPDefaults(ctx, spec.ActivatorServiceName); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	svc := &api.AgentServiceRegistration{
+		ID:      c.activatorID(reg.ID),
+		Name:    spec.ActivatorServiceName,
+		Tags:    []string{spec.TagServerless},
+		Port:    reg.Port,
+		Address: reg.Address,
+		Meta: map[string]string{
+			spec.ServiceMetaAdminPort: strconv.Itoa(reg.AdminPort),
+			MetaReplica:               c.replica,
+		},
+		Check: &api.AgentServiceCheck{
+			Name:                           "activator healthz",
+			HTTP:                           "http://" + net.JoinHostPort(reg.Address, strconv.Itoa(reg.AdminPort)) + "/healthz",
+			Interval:                       reg.CheckInterval.String(),
+			Timeout:                        reg.CheckTimeout.String(),
+			DeregisterCriticalServiceAfter: reg.DeregisterAfter.String(),
+		},
+	}
+	if reg.Domain != "" {
+		svc.Meta[MetaDomain] = reg.Domain
+	}
+	if err := c.api.Agent().ServiceRegisterOpts(svc, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)); err != nil {
+		return c.wrap(op+" "+svc.ID, err)
+	}
+	return nil
+}
+
+// Gateway is one running control-plane replica as registered in the
+// nomad-serverless-activator service.
+type Gateway struct {
+	ID        string `json:"id"`
+	Replica   string `json:"replica,omitempty"`
+	Address   string `json:"address"`
+	Port      int    `json:"port"`
+	AdminPort int    `json:"admin_port,omitempty"`
+	Domain    string `json:"domain,omitempty"`
+}
+
+// HostPort is where the gateway serves requests.
+func (g Gateway) HostPort() string { return net.JoinHostPort(g.Address, strconv.Itoa(g.Port)) }
+
+// Gateways lists the control-plane replicas whose check passes, sorted by
+// ID: where users' requests enter.
+func (c *Client) Gateways(ctx context.Context) ([]Gateway, error) {
+	entries, _, err := c.api.Health().Service(spec.ActivatorServiceName, "", true, c.q(ctx))
+	if err != nil {
+		return nil, c.wrap("list the gateways ("+spec.ActivatorServiceName+")", err)
+	}
+	out := make([]Gateway, 0, len(entries))
+	for _, e := range entries {
+		if e == nil || e.Service == nil {
+			continue
+		}
+		g := Gateway{ID: e.Service.ID, Address: e.Service.Address, Port: e.Service.Port,
+			Replica: e.Service.Meta[MetaReplica], Domain: e.Service.Meta[MetaDomain]}
+		if g.Address == "" && e.Node != nil {
+			g.Address = e.Node.Address
+		}
+		g.AdminPort, _ = strconv.Atoi(e.Service.Meta[spec.ServiceMetaAdminPort])
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// DeregisterActivator removes this replica's activator registration (id as
+// given to RegisterActivator; empty for the default).
+func (c *Client) DeregisterActivator(ctx context.Context, id string) error {
+	id = c.activatorID(id)
+	if err := c.api.Agent().ServiceDeregisterOpts(id, c.q(ctx)); err != nil {
+		err = c.wrap("deregister the activator "+id, err)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// ensureHTTPDefaults writes service-defaults protocol http for name unless
+// it already says so.
+func (c *Client) ensureHTTPDefaults(ctx context.Context, name string) error {
+	e, err := c.getEntry(ctx, api.ServiceDefaults, name)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	want := serviceDefaults(name)
+	if cur, ok := e.(*api.ServiceConfigEntry); ok {
+		if cur.Protocol == ProtocolHTTP {
+			return nil
+		}
+		merged := *cur
+		merged.Protocol, merged.CreateIndex, merged.ModifyIndex = ProtocolHTTP, 0, 0
+		want = &merged
+	}
+	return c.setEntry(ctx, want)
+}
+
+// StandInID is the Consul service ID of this replica's stand-in instance for
+// a revision.
+func (c *Client) StandInID(revision string) string {
+	return revision + "-" + spec.TagActivator + "-" + c.replica
+}
+
+// RegisterStandIn registers, in a revision's own Consul service, one
+// instance pointing at this activator (addr:port), tagged activator:
+// Knative's SKS proxy mode for catalog-driven proxies (Traefik, Fabio, Consul
+// DNS) that do not read config entries. Call it while the revision has no
+// ready instance; everything of ours that counts instances skips it. Its TCP
+// check on the activator removes it if this replica dies.
+func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, addr string, port int) error {
+	op := "register the activator stand-in for " + revision
+	svc, _, ok := spec.ParseRevisionName(revision)
+	switch {
+	case !ok:
+		return fmt.Errorf("%s: %q is not a revision name", op, revision)
+	case svc != service:
+		return fmt.Errorf("%s: it is not a revision of service %q", op, service)
+	case addr == "":
+		return fmt.Errorf("%s: address is empty", op)
+	case port <= 0 || port > 65535:
+		return fmt.Errorf("%s: port %d is not a TCP port", op, port)
+	}
+	reg := &api.AgentServiceRegistration{
+		ID:      c.StandInID(revision),
+		Name:    revision,
+		Tags:    []string{spec.TagServerless, spec.TagServicePrefix + service, spec.TagActivator},
+		Port:    port,
+		Address: addr,
+		Meta: map[string]string{
+			spec.ServiceMetaService:  service,
+			spec.ServiceMetaRevision: revision,
+			MetaReplica:              c.replica,
+		},
+		Check: &api.AgentServiceCheck{
+			Name:                           "activator reachable",
+			TCP:                            net.JoinHostPort(addr, strconv.Itoa(port)),
+			Interval:                       "5s",
+			Timeout:                        "2s",
+			DeregisterCriticalServiceAfter: "1m",
+		},
+	}
+	if err := c.api.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)); err != nil {
+		return c.wrap(op, err)
+	}
+	return nil
+}
+
+// DeregisterStandIn removes this replica's stand-in for a revision; an
+// absent one is not an error.
+func (c *Client) DeregisterStandIn(ctx context.Context, revision string) error {
+	id := c.StandInID(revision)
+	if err := c.api.Agent().ServiceDeregisterOpts(id, c.q(ctx)); err != nil {
+		err = c.wrap("deregister the activator stand-in "+id, err)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}

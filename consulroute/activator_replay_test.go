@@ -1,0 +1,108 @@
+package consulroute
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+func TestRegisterActivatorWritesDefaultsThenRegistersWithCheck(t *testing.T) {
+	missing := notFoundEntry("service-defaults", spec.ActivatorServiceName)
+	defaults := fx(t, "030-config-service-defaults-nomad-serverless-activator.json")
+	register := fx(t, "026-agent-service-register-activator.json")
+	register.Request.Query.Set("replace-existing-checks", "true")
+	c, replay := replayClient(t, missing, defaults, register)
+
+	err := c.RegisterActivator(ctxTimeout(t, 5*time.Second), ActivatorRegistration{Address: "127.0.0.1", Port: 8080, AdminPort: 9091})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := replay.Received()
+	if len(got) != 3 {
+		t.Fatalf("sent %d requests, want 3", len(got))
+	}
+	assertSent(t, got[0], missing)
+	assertSent(t, got[1], defaults)
+	// The recording registered with a stand-in check on Nomad; ours checks
+	// the activator's own admin /healthz and names the replica.
+	assertSent(t, got[2], register, map[string]any{
+		"Name": "nomad-serverless-activator", "ID": "nomad-serverless-activator-r1",
+		"Port": 8080, "Address": "127.0.0.1", "Tags": []string{"serverless"},
+		"Meta": map[string]string{"admin-port": "9091", "replica": "r1"},
+		"Check": map[string]any{
+			"Name": "activator healthz", "HTTP": "http://127.0.0.1:9091/healthz",
+			"Interval": "2s", "Timeout": "1s", "DeregisterCriticalServiceAfter": "1m0s",
+		},
+	})
+}
+
+func TestRegisterActivatorKeepsExistingHTTPDefaults(t *testing.T) {
+	existing := synthetic("activator defaults exist", "GET", "/v1/config/service-defaults/"+spec.ActivatorServiceName, nil, 200, "30",
+		map[string]any{"Kind": "service-defaults", "Name": spec.ActivatorServiceName, "Protocol": "http", "CreateIndex": 30, "ModifyIndex": 30})
+	register := fx(t, "026-agent-service-register-activator.json")
+	register.Request.Query.Set("replace-existing-checks", "true")
+	c, replay := replayClient(t, existing, register)
+	if err := c.RegisterActivator(ctxTimeout(t, 5*time.Second), ActivatorRegistration{ID: "act-a", Address: "10.0.0.5", Port: 80, AdminPort: 81}); err != nil {
+		t.Fatal(err)
+	}
+	got := replay.Received()
+	if len(got) != 2 || got[1].Path != "/v1/agent/service/register" {
+		t.Fatalf("requests %+v, want the read then the registration only", got)
+	}
+	var body struct{ ID string }
+	got[1].JSON(t, &body)
+	if body.ID != "act-a" {
+		t.Errorf("registered ID %q, want the one given", body.ID)
+	}
+}
+
+func TestRegisterActivatorValidates(t *testing.T) {
+	c, replay := replayClient(t)
+	ctx := ctxTimeout(t, time.Second)
+	for _, reg := range []ActivatorRegistration{
+		{Port: 1, AdminPort: 2},
+		{Address: "a", Port: 0, AdminPort: 2},
+		{Address: "a", Port: 1, AdminPort: 70000},
+	} {
+		if err := c.RegisterActivator(ctx, reg); err == nil {
+			t.Errorf("accepted %+v", reg)
+		}
+	}
+	if len(replay.Received()) != 0 {
+		t.Error("an invalid registration reached Consul")
+	}
+}
+
+func TestStandInRegistersTaggedActivatorAndDeregisters(t *testing.T) {
+	register := fx(t, "026-agent-service-register-activator.json")
+	register.Name = "stand-in registration (answer of 026)"
+	register.Request.Query.Set("replace-existing-checks", "true")
+	deregister := synthetic("deregister stand-in", "PUT", "/v1/agent/service/deregister/hello-00001-activator-r1", nil, 200, "", nil)
+	unknown := synthetic("deregister again", "PUT", "/v1/agent/service/deregister/hello-00001-activator-r1", nil, 404, "", `Unknown service ID "hello-00001-activator-r1". Ensure that the service ID is passed, not the service name.`)
+	c, replay := replayClient(t, register, deregister, unknown)
+	ctx := ctxTimeout(t, 5*time.Second)
+
+	if err := c.RegisterStandIn(ctx, "hello-00001", "hello", "127.0.0.1", 8080); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeregisterStandIn(ctx, "hello-00001"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeregisterStandIn(ctx, "hello-00001"); err != nil {
+		t.Errorf("deregistering an absent stand-in: %v, want nil", err)
+	}
+	got := replay.Received()
+	assertSent(t, got[0], register, map[string]any{
+		"ID": "hello-00001-activator-r1", "Name": "hello-00001",
+		"Tags": []string{"serverless", "service=hello", "activator"},
+		"Port": 8080, "Address": "127.0.0.1",
+		"Meta":  map[string]string{"service": "hello", "revision": "hello-00001", "replica": "r1"},
+		"Check": map[string]any{"Name": "activator reachable", "TCP": "127.0.0.1:8080", "Interval": "5s", "Timeout": "2s", "DeregisterCriticalServiceAfter": "1m"},
+	})
+	assertSent(t, got[1], deregister)
+
+	if err := c.RegisterStandIn(ctx, "hello-00001", "other", "127.0.0.1", 8080); err == nil {
+		t.Error("RegisterStandIn accepted a revision of another service")
+	}
+}

@@ -1,0 +1,256 @@
+package consulroute
+
+// Tests against a real Consul agent, run when CONSUL_HTTP_ADDR is set (for
+// example by `nomad-serverless dev` or the e2e setup):
+// `CONSUL_HTTP_ADDR=127.0.0.1:8500 go test ./consulroute -run TestLive -v`. Each test works on
+// service names of its own and removes what it wrote.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// TestLive groups every live case so that without an agent the run says
+// so once.
+func TestLive(t *testing.T) {
+	if os.Getenv("CONSUL_HTTP_ADDR") == "" {
+		t.Skip("CONSUL_HTTP_ADDR is not set: skipping the tests against a real Consul agent")
+	}
+	t.Run("PublishChainIdempotentDelete", livePublishChainIdempotentDelete)
+	t.Run("ConsulRefusalIsExplained", liveConsulRefusalIsExplained)
+	t.Run("WatchReadyIgnoresStandIn", liveWatchReadyIgnoresStandIn)
+	t.Run("LockTakeover", liveLockTakeover)
+}
+
+func liveClient(t *testing.T, opts ...Option) *Client {
+	t.Helper()
+	opts = append([]Option{WithLogger(quietLogger()), WithBackoff(50*time.Millisecond, time.Second), WithWaitTime(5 * time.Second)}, opts...)
+	c, err := NewClient(api.DefaultConfig(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// liveName is a service name no other run uses ("live" + 8 hex digits).
+func liveName(t *testing.T) string {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "live" + hex.EncodeToString(b)
+}
+
+func liveRecord(name string) Record {
+	s := spec.NewService(name)
+	s.Traffic = []spec.TrafficTarget{
+		{Revision: spec.RevisionName(name, 1), Percent: 30, Tag: "old"},
+		{Latest: true, Percent: 70},
+	}
+	return Record{Service: s, Latest: spec.RevisionName(name, 2),
+		Revisions: []string{spec.RevisionName(name, 1), spec.RevisionName(name, 2)}, UpdatedAt: time.Now().UTC()}
+}
+
+func entryIndexes(t *testing.T, c *Client, name string) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for _, k := range []struct{ kind, name string }{
+		{api.ServiceDefaults, name}, {api.ServiceDefaults, name + "-00001"}, {api.ServiceDefaults, name + "-00002"},
+		{api.ServiceResolver, name + "-00001"}, {api.ServiceResolver, name + "-00002"},
+		{api.ServiceRouter, name}, {api.ServiceSplitter, name},
+	} {
+		e, _, err := c.api.ConfigEntries().Get(k.kind, k.name, nil)
+		if err != nil {
+			t.Fatalf("read %s %s: %v", k.kind, k.name, err)
+		}
+		out[k.kind+"/"+k.name] = e.GetModifyIndex()
+	}
+	return out
+}
+
+func livePublishChainIdempotentDelete(t *testing.T) {
+	c := liveClient(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	name := liveName(t)
+	rec := liveRecord(name)
+	t.Cleanup(func() { _ = c.Delete(context.Background(), "default", name) })
+
+	if err := c.Publish(ctx, rec, 0); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	ch, err := c.DiscoveryChain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, r2 := spec.RevisionName(name, 1), spec.RevisionName(name, 2)
+	wantSplits := []ChainSplit{
+		{Service: r1, Weight: 30, SetHeaders: map[string]string{spec.RevisionHeader: r1}},
+		{Service: r2, Weight: 70, SetHeaders: map[string]string{spec.RevisionHeader: r2}},
+	}
+	if !reflect.DeepEqual(ch.Splits, wantSplits) {
+		t.Errorf("compiled splits %+v, want %+v", ch.Splits, wantSplits)
+	}
+	if len(ch.Routes) < 2 || ch.Routes[0].Header != spec.TagHeader || ch.Routes[0].Exact != "old" || ch.Routes[0].Service != r1 {
+		t.Errorf("compiled routes %+v, want the old tag to %s first", ch.Routes, r1)
+	}
+	for _, rev := range []string{r1, r2} {
+		if got := ch.Resolvers[rev].Failover; !reflect.DeepEqual(got, []string{spec.ActivatorServiceName}) {
+			t.Errorf("%s fails over to %v, want the activator", rev, got)
+		}
+	}
+	want, _ := rec.Route()
+	want.Namespace = ""
+	if got := ch.Route(); !reflect.DeepEqual(got, want) {
+		t.Errorf("chain route %+v, want %+v", got, want)
+	}
+
+	// Idempotent: a second publish changes no entry's ModifyIndex.
+	before := entryIndexes(t, c, name)
+	got, idx, err := c.ReadRecord(ctx, "default", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Latest != rec.Latest {
+		t.Errorf("record latest %s", got.Latest)
+	}
+	if err := c.Publish(ctx, rec, idx); err != nil {
+		t.Fatal(err)
+	}
+	if after := entryIndexes(t, c, name); !reflect.DeepEqual(before, after) {
+		t.Errorf("second publish rewrote entries: before %v after %v", before, after)
+	}
+	if _, idx2, _ := c.ReadRecord(ctx, "default", name); idx2 != idx {
+		t.Errorf("second publish rewrote the record (index %d -> %d)", idx, idx2)
+	}
+	if err := c.Publish(ctx, rec, idx-1); !errors.Is(err, ErrConflict) {
+		t.Errorf("stale index: %v, want ErrConflict", err)
+	}
+
+	if err := c.Delete(ctx, "default", name); err != nil {
+		t.Fatal(err)
+	}
+	for k := range before {
+		kind, n, _ := strings.Cut(k, "/")
+		if _, _, err := c.api.ConfigEntries().Get(kind, n, nil); err == nil {
+			t.Errorf("%s still exists after Delete", k)
+		}
+	}
+	if _, _, err := c.ReadRecord(ctx, "default", name); !errors.Is(err, ErrNotFound) {
+		t.Errorf("record after Delete: %v", err)
+	}
+}
+
+func liveConsulRefusalIsExplained(t *testing.T) {
+	c := liveClient(t)
+	name := liveName(t)
+	err := c.setEntry(ctxTimeout(t, 10*time.Second), splitterFor(Route{Service: name, Splits: []Split{{Revision: name + "-00001", Percent: 100}}}))
+	if err == nil {
+		_ = c.deleteEntry(context.Background(), api.ServiceSplitter, name)
+		t.Fatal("Consul accepted a splitter for a tcp service (is a proxy-defaults setting protocol http?)")
+	}
+	if !strings.Contains(err.Error(), "does not permit advanced routing") || !strings.Contains(err.Error(), "set it back to http") {
+		t.Errorf("error %q", err)
+	}
+}
+
+func liveWatchReadyIgnoresStandIn(t *testing.T) {
+	c := liveClient(t, WithReplica("live"))
+	ctx, cancel := context.WithCancel(ctxTimeout(t, 60*time.Second))
+	defer cancel()
+	name := liveName(t)
+	rev := spec.RevisionName(name, 1)
+	inst := &api.AgentServiceRegistration{ID: rev + "-inst", Name: rev, Port: 20001, Address: "127.0.0.1",
+		Tags: []string{spec.TagServerless}, Meta: map[string]string{spec.ServiceMetaAdminPort: "20002"},
+		Check: &api.AgentServiceCheck{TTL: "1m", Status: api.HealthPassing}}
+	if err := c.api.Agent().ServiceRegister(inst); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.api.Agent().ServiceDeregister(inst.ID) })
+	if err := c.RegisterStandIn(ctx, rev, name, "127.0.0.1", 20001); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeregisterStandIn(context.Background(), rev) })
+
+	seen := make(chan []Instance, 8)
+	go c.WatchReady(ctx, rev, func(in []Instance) { seen <- in })
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case in := <-seen:
+			// The stand-in's TCP check passes (something listens there or
+			// not); either way it must never be listed.
+			for _, i := range in {
+				if i.ID == c.StandInID(rev) {
+					t.Fatalf("stand-in listed: %+v", in)
+				}
+			}
+			if len(in) == 1 && in[0].ID == inst.ID && in[0].AdminPort == 20002 {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the passing instance never showed up")
+		}
+	}
+}
+
+func liveLockTakeover(t *testing.T) {
+	ca := liveClient(t, WithReplica("a"))
+	cb := liveClient(t, WithReplica("b"))
+	key := LeaderKeyPrefix + liveName(t)
+	t.Cleanup(func() { _, _ = ca.api.KV().Delete(key, nil) })
+	la, lb := ca.NewLock(key, "a", 10*time.Second), cb.NewLock(key, "b", 10*time.Second)
+
+	var leaders atomic.Int32
+	started := make(chan string, 4)
+	lead := func(n string) func(context.Context) {
+		return func(ctx context.Context) {
+			if leaders.Add(1) > 1 {
+				t.Error("two leaders at once")
+			}
+			started <- n
+			<-ctx.Done()
+			leaders.Add(-1)
+		}
+	}
+	ctxA, cancelA := context.WithCancel(ctxTimeout(t, 60*time.Second))
+	ctxB, cancelB := context.WithCancel(ctxTimeout(t, 60*time.Second))
+	defer cancelB()
+	doneA := make(chan error, 1)
+	go func() { doneA <- la.Run(ctxA, lead("a")) }()
+	select {
+	case n := <-started:
+		if n != "a" {
+			t.Fatal(n)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a never led")
+	}
+	doneB := make(chan error, 1)
+	go func() { doneB <- lb.Run(ctxB, lead("b")) }()
+	if h, ok, err := cb.Leader(ctxB, key); err != nil || !ok || h != "a" {
+		t.Errorf("Leader = %q %v %v", h, ok, err)
+	}
+	cancelA()
+	<-doneA
+	select {
+	case n := <-started:
+		if n != "b" {
+			t.Fatal(n)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("b did not take over within 20s")
+	}
+	cancelB()
+	<-doneB
+}

@@ -1,0 +1,62 @@
+package consulroute
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// InstanceHealth is one instance of a revision with its Consul health,
+// passing or not: what `deploy` shows while it waits and when it gives up.
+type InstanceHealth struct {
+	Instance
+	// Passing is true when every check of the instance (and of its node)
+	// passes; Status is Consul's aggregate: passing, warning or critical.
+	Passing bool   `json:"passing"`
+	Status  string `json:"status"`
+	// Output is what the failing checks said (the sidecar relays the app's
+	// readiness failure), or the service check's output when all pass.
+	Output string `json:"output,omitempty"`
+}
+
+// Health lists every instance of a revision with its health (fixtures 024,
+// 025), sorted by ID; the activator's stand-ins are left out.
+func (c *Client) Health(ctx context.Context, revision string) ([]InstanceHealth, error) {
+	entries, _, err := c.api.Health().Service(revision, "", false, c.q(ctx))
+	if err != nil {
+		return nil, c.wrap("read the health of "+revision, err)
+	}
+	out := make([]InstanceHealth, 0, len(entries))
+	for _, e := range entries {
+		if e == nil || e.Service == nil || slices.Contains(e.Service.Tags, spec.TagActivator) {
+			continue
+		}
+		in := instancesFrom(revision, []*api.ServiceEntry{e})
+		h := InstanceHealth{Instance: in[0], Status: e.Checks.AggregatedStatus()}
+		h.Passing = h.Status == api.HealthPassing
+		var failing, service []string
+		for _, chk := range e.Checks {
+			out := strings.TrimSpace(chk.Output)
+			if out == "" {
+				continue
+			}
+			if chk.Status != api.HealthPassing {
+				failing = append(failing, out)
+			} else if chk.ServiceID != "" {
+				service = append(service, out)
+			}
+		}
+		if len(failing) > 0 {
+			h.Output = strings.Join(failing, "; ")
+		} else {
+			h.Output = strings.Join(service, "; ")
+		}
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}

@@ -1,0 +1,143 @@
+package consulroute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// blockingQuery runs one blocking query: it is given the index to wait on
+// (0 for the first call) and returns Consul's new index.
+type blockingQuery func(q *api.QueryOptions) (index uint64, err error)
+
+// watch repeats a blocking query until ctx ends, the way Consul documents
+// it: wait on the last index; an unchanged index means nothing changed (a
+// wait that timed out, fixture 018) and is not reported; an index that went
+// backwards resets to 0; failures are retried with backoff and logged, never
+// returned. changed is called after each query whose index moved.
+func (c *Client) watch(ctx context.Context, what string, query blockingQuery, changed func()) {
+	var index uint64
+	failures := 0
+	for ctx.Err() == nil {
+		q := (&api.QueryOptions{WaitIndex: index, WaitTime: c.wait}).WithContext(ctx)
+		next, err := query(q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d := c.backoff(failures)
+			failures++
+			c.log.WarnContext(ctx, "consul watch failed; retrying", "watch", what, "retry_in", d, "err", err)
+			sleep(ctx, d)
+			continue
+		}
+		failures = 0
+		switch {
+		case index != 0 && next == index:
+			continue
+		case next < index:
+			index = 0
+		default:
+			index = max(next, 1)
+		}
+		changed()
+	}
+}
+
+// WatchRecords follows every service record (KV prefix
+// nomad-serverless/services/, recursive) with blocking queries and calls fn
+// with the full, sorted list at start and whenever it changes: the gateway's
+// routes and domains. fn is called from one goroutine, never concurrently.
+// It returns nil when ctx ends; Consul errors are retried with backoff.
+func (c *Client) WatchRecords(ctx context.Context, fn func([]Record)) error {
+	if fn == nil {
+		return errors.New("watch records: fn is nil")
+	}
+	var last, latest []Record
+	first := true
+	c.watch(ctx, "records", func(q *api.QueryOptions) (uint64, error) {
+		recs, idx, err := c.listRecords(ctx, q)
+		latest = recs
+		return idx, err
+	}, func() {
+		if !first && reflect.DeepEqual(last, latest) {
+			return
+		}
+		first = false
+		last = latest
+		fn(slices.Clone(latest))
+	})
+	return nil
+}
+
+// WatchReady follows a revision's passing instances
+// (/v1/health/service/<revision>?passing=1) with blocking queries and calls
+// fn with them, sorted by ID, at start and whenever they change. Instances
+// tagged activator (the activator's stand-ins) are left out. fn is called
+// from one goroutine. It returns nil when ctx ends.
+func (c *Client) WatchReady(ctx context.Context, revision string, fn func([]Instance)) error {
+	if _, _, ok := spec.ParseRevisionName(revision); !ok {
+		return fmt.Errorf("watch ready instances: %q is not a revision name", revision)
+	}
+	if fn == nil {
+		return errors.New("watch ready instances: fn is nil")
+	}
+	var last, latest []Instance
+	first := true
+	c.watch(ctx, "ready "+revision, func(q *api.QueryOptions) (uint64, error) {
+		entries, meta, err := c.api.Health().Service(revision, "", true, q)
+		if err != nil {
+			return 0, c.wrap("read ready instances of "+revision, err)
+		}
+		latest = instancesFrom(revision, entries)
+		return meta.LastIndex, nil
+	}, func() {
+		if !first && slices.Equal(last, latest) {
+			return
+		}
+		first = false
+		last = latest
+		fn(slices.Clone(latest))
+	})
+	return nil
+}
+
+// ReadyInstances reads a revision's passing instances once (activator
+// stand-ins left out).
+func (c *Client) ReadyInstances(ctx context.Context, revision string) ([]Instance, error) {
+	entries, _, err := c.api.Health().Service(revision, "", true, c.q(ctx))
+	if err != nil {
+		return nil, c.wrap("read ready instances of "+revision, err)
+	}
+	return instancesFrom(revision, entries), nil
+}
+
+func instancesFrom(revision string, entries []*api.ServiceEntry) []Instance {
+	out := make([]Instance, 0, len(entries))
+	for _, e := range entries {
+		if e == nil || e.Service == nil || slices.Contains(e.Service.Tags, spec.TagActivator) {
+			continue
+		}
+		addr := e.Service.Address
+		if addr == "" && e.Node != nil {
+			addr = e.Node.Address
+		}
+		admin, _ := strconv.Atoi(e.Service.Meta[spec.ServiceMetaAdminPort])
+		out = append(out, Instance{
+			ID:        e.Service.ID,
+			Revision:  revision,
+			Address:   addr,
+			Port:      e.Service.Port,
+			AdminPort: admin,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
