@@ -214,3 +214,25 @@ func pruneZero(v any) any {
 	}
 	return v
 }
+
+// ConfigEntries are the config entries Publish writes for rec, in the order
+// it writes them: what `render` shows.
+func ConfigEntries(rec Record) ([]api.ConfigEntry, error) {
+	route, err := rec.validate()
+	if err != nil {
+		return nil, err
+	}
+	set := desiredEntries(rec, route)
+	var out []api.ConfigEntry
+	for _, e := range set.defaults {
+		out = append(out, e)
+	}
+	for _, e := range set.resolvers {
+		out = append(out, e)
+	}
+	if set.router != nil {
+		out = append(out, set.router)
+	}
+	out = append(out, set.splitter)
+	return out, nil
+}

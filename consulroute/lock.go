@@ -276,3 +276,7 @@ func (c *Client) Leader(ctx context.Context, key string) (holder string, ok bool
 	}
 	return string(p.Value), true, nil
 }
+
+// AutoscalerLockKey is the KV key of the autoscaler's leader lock; its value
+// is the leading replica's ID, which Gateways lists with its admin port.
+const AutoscalerLockKey = "nomad-serverless/leader/autoscaler"

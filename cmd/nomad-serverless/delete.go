@@ -2,10 +2,72 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 )
 
-func runDelete(_ context.Context, e *env, _ []string) int {
-	fmt.Fprintln(e.stderr, "nomad-serverless delete: not built yet")
-	return exitError
+func runDelete(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "Usage: nomad-serverless delete [options] <service>")
+		fmt.Fprintln(e.stderr, "\nRemoves a service: its route (Consul config entries and KV record) first, so")
+		fmt.Fprintln(e.stderr, "nothing routes to it, then every revision job (purged from Nomad).")
+		fmt.Fprintln(e.stderr)
+		fs.PrintDefaults()
+	}
+	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
+	rest, err := parseFlagsAnywhere(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(rest) != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	service := rest[0]
+	nomad, err := newNomad()
+	if err != nil {
+		return errorLine(e, "delete", err)
+	}
+	consul, err := newConsul()
+	if err != nil {
+		return errorLine(e, "delete", err)
+	}
+	revs, err := nomad.Revisions(ctx, *namespace, service)
+	if err != nil {
+		return errorLine(e, "delete", err)
+	}
+	routeErr := consul.Delete(ctx, *namespace, service)
+	switch {
+	case routeErr == nil:
+		fmt.Fprintf(e.stdout, "%s: route removed from Consul\n", service)
+	case errors.Is(routeErr, consulroute.ErrNotFound):
+		if len(revs) == 0 {
+			fmt.Fprintf(e.stderr, "nomad-serverless delete: service %q not found in namespace %s (nothing in Nomad or Consul)\n", service, *namespace)
+			return exitError
+		}
+	default:
+		// Keep the jobs: purging them under a live route would leave
+		// traffic pointing at nothing.
+		return errorLine(e, "delete", fmt.Errorf("%w\nNo revision was purged; run delete again", routeErr))
+	}
+	failed := false
+	for _, r := range revs {
+		if err := nomad.Purge(ctx, r.Name); err != nil && !errors.Is(err, nomadjob.ErrNotFound) {
+			fmt.Fprintf(e.stderr, "nomad-serverless delete: %v\n", err)
+			failed = true
+			continue
+		}
+		fmt.Fprintf(e.stdout, "%s: purged from Nomad\n", r.Name)
+	}
+	if failed {
+		fmt.Fprintln(e.stderr, "Some revisions were not purged; run delete again.")
+		return exitError
+	}
+	return exitOK
 }

@@ -2,10 +2,262 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/nomad-serverless/nomad-serverless/activator"
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 )
 
-func runServe(_ context.Context, e *env, _ []string) int {
-	fmt.Fprintln(e.stderr, "nomad-serverless serve: not built yet")
-	return exitError
+// serveOptions are `serve`'s flags.
+type serveOptions struct {
+	listen, adminListen string
+	advertise           string
+	domain              string
+	replica             string
+	tick                time.Duration
+	logJSON             bool
+}
+
+func runServe(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "Usage: nomad-serverless serve [options]")
+		fmt.Fprintln(e.stderr, "\nRuns the control plane: the gateway and activator on -listen, the admin API")
+		fmt.Fprintln(e.stderr, "(/healthz, /metrics, autoscaler state) on -admin-listen, and, on the replica that")
+		fmt.Fprintln(e.stderr, "holds the Consul lock, the autoscaler. Reads NOMAD_ADDR, CONSUL_HTTP_ADDR and tokens")
+		fmt.Fprintln(e.stderr, "from the environment. Run several replicas behind a load balancer for high availability.")
+		fmt.Fprintln(e.stderr)
+		fs.PrintDefaults()
+	}
+	host, _ := os.Hostname()
+	var o serveOptions
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "`address` of the gateway (user traffic)")
+	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "`address` of the admin API (health, metrics, autoscaler state)")
+	fs.StringVar(&o.advertise, "advertise", "", "`IP` other nodes reach this replica at (registered in Consul); default: the -listen host, or the Consul agent's address when that is a wildcard")
+	fs.StringVar(&o.domain, "domain", activator.DefaultDomain, "services answer at <service>.<namespace>.`domain`")
+	fs.StringVar(&o.replica, "replica", host, "this replica's `name` (unique among serve replicas)")
+	fs.DurationVar(&o.tick, "tick", 2*time.Second, "the autoscaler's decision period")
+	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines instead of text")
+	if _, err := parseFlagsAnywhere(fs, args); err != nil {
+		return exitUsage
+	}
+	if o.replica == "" {
+		fmt.Fprintln(e.stderr, "nomad-serverless serve: -replica is empty and the host name is unknown; name this replica")
+		return exitUsage
+	}
+	var handler slog.Handler = slog.NewTextHandler(e.stderr, nil)
+	if o.logJSON {
+		handler = slog.NewJSONHandler(e.stderr, nil)
+	}
+	log := slog.New(handler).With("replica", o.replica)
+	if err := serve(ctx, o, log); err != nil {
+		return errorLine(e, "serve", err)
+	}
+	return exitOK
+}
+
+// serve runs the control plane until ctx ends.
+func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
+	nomad, err := newNomad()
+	if err != nil {
+		return err
+	}
+	nomad.SetLogger(log)
+	consul, err := newConsul(consulroute.WithReplica(o.replica), consulroute.WithLogger(log))
+	if err != nil {
+		return err
+	}
+
+	// Listen first: a port in use is the most common start-up failure and
+	// should be said before anything registers anywhere.
+	gwLn, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen for the gateway on %s: %w", o.listen, err)
+	}
+	defer gwLn.Close()
+	adminLn, err := net.Listen("tcp", o.adminListen)
+	if err != nil {
+		return fmt.Errorf("listen for the admin API on %s: %w", o.adminListen, err)
+	}
+	defer adminLn.Close()
+	gwPort := gwLn.Addr().(*net.TCPAddr).Port
+	adminPort := adminLn.Addr().(*net.TCPAddr).Port
+	advertise, err := advertiseAddress(o, consul)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cat := catalog.New()
+	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: nomad, Tick: o.tick, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	leader := &leaderAddress{}
+	sink, err := autoscaler.NewRemoteSink(autoscaler.RemoteSinkConfig{Leader: leader.get, Local: auto, Logger: log})
+	if err != nil {
+		return err
+	}
+	gw, err := activator.New(activator.Config{Catalog: cat, Autoscaler: sink, Domain: o.domain, Replica: o.replica, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var fatal atomic.Pointer[error]
+	goRun := func(name string, f func(ctx context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%s: %w", name, err)
+				fatal.CompareAndSwap(nil, &err)
+				cancel()
+			}
+		}()
+	}
+
+	goRun("follow Nomad", func(ctx context.Context) error { return feedNomad(ctx, nomad, cat, log) })
+	goRun("follow Consul records", func(ctx context.Context) error { return feedRecords(ctx, consul, cat, log) })
+	watchers := &readyWatchers{src: consul, cat: cat, log: log}
+	goRun("follow ready instances", func(ctx context.Context) error { watchers.run(ctx); return nil })
+	goRun("gateway", gw.Run)
+	goRun("autoscaler link", sink.Run)
+	goRun("leader election", func(ctx context.Context) error {
+		lock := consul.NewLock(consulroute.AutoscalerLockKey, o.replica, 15*time.Second)
+		return autoscaler.RunWhenLeader(ctx, lock, auto.Run, log)
+	})
+	goRun("leader lookup", func(ctx context.Context) error { leader.follow(ctx, consul, log); return nil })
+	goRun("activator stand-ins", func(ctx context.Context) error {
+		keepStandIns(ctx, consul, cat, advertise, gwPort, log)
+		return nil
+	})
+
+	gwSrv := gw.Server(o.listen)
+	adminSrv := &http.Server{Handler: adminHandler(gw, auto), ReadHeaderTimeout: 10 * time.Second}
+	goRun("gateway listener", func(context.Context) error { return ignoreClosed(gwSrv.Serve(gwLn)) })
+	goRun("admin listener", func(context.Context) error { return ignoreClosed(adminSrv.Serve(adminLn)) })
+
+	reg2 := consulroute.ActivatorRegistration{Address: advertise, Port: gwPort, AdminPort: adminPort, Domain: o.domain}
+	if err := consul.RegisterActivator(ctx, reg2); err != nil {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("register in Consul as %s: %w", "nomad-serverless-activator", err)
+	}
+	log.Info("serving", "gateway", gwLn.Addr().String(), "admin", adminLn.Addr().String(), "advertise", advertise, "domain", o.domain)
+
+	<-ctx.Done()
+	// Leave the load balancer first, then stop taking requests, then let
+	// in-flight ones finish.
+	stop, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stopCancel()
+	if err := consul.DeregisterActivator(stop, ""); err != nil {
+		log.Warn("deregister from Consul", "err", err)
+	}
+	_ = gwSrv.Shutdown(stop)
+	_ = adminSrv.Shutdown(stop)
+	wg.Wait()
+	if p := fatal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// adminHandler is the admin API: the gateway's health and metrics, the
+// autoscaler's state and demand endpoints, and the gateway's routing state.
+func adminHandler(gw *activator.Gateway, auto *autoscaler.Autoscaler) http.Handler {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	base := echo.WrapHandler(gw.AdminHandler())
+	e.GET(activator.HealthPath, base)
+	e.GET(activator.MetricsPath, base)
+	autoscaler.RegisterAdmin(e, auto)
+	e.GET("/v1/activator/revisions", func(c echo.Context) error { return c.JSON(http.StatusOK, gw.Revisions()) })
+	return e
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// advertiseAddress is the IP registered in Consul for this replica.
+func advertiseAddress(o serveOptions, consul *consulroute.Client) (string, error) {
+	if o.advertise != "" {
+		return o.advertise, nil
+	}
+	host, _, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return "", fmt.Errorf("-listen %q: %w", o.listen, err)
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return host, nil
+	}
+	self, err := consul.API().Agent().Self()
+	if err == nil {
+		if member, ok := self["Member"]; ok {
+			if addr, ok := member["Addr"].(string); ok && addr != "" {
+				return addr, nil
+			}
+		}
+	}
+	return "", errors.New("-listen is a wildcard address and the Consul agent's address is unknown: give -advertise IP")
+}
+
+// leaderAddress caches the leading replica's admin address for RemoteSink.
+type leaderAddress struct {
+	addr atomic.Pointer[string]
+}
+
+func (l *leaderAddress) get() (string, bool) {
+	p := l.addr.Load()
+	if p == nil || *p == "" {
+		return "", false
+	}
+	return *p, true
+}
+
+// follow looks the leader up every second: the holder of the lock is a
+// replica name, and the gateways registered in Consul give its admin port.
+func (l *leaderAddress) follow(ctx context.Context, consul *consulroute.Client, log *slog.Logger) {
+	for {
+		addr := ""
+		if holder, ok, err := consul.Leader(ctx, consulroute.AutoscalerLockKey); err == nil && ok {
+			if gws, err := consul.Gateways(ctx); err == nil {
+				for _, g := range gws {
+					if g.Replica == holder && g.AdminPort != 0 {
+						addr = "http://" + net.JoinHostPort(g.Address, strconv.Itoa(g.AdminPort))
+					}
+				}
+			}
+		} else if err != nil && ctx.Err() == nil {
+			log.Debug("look up the autoscaler leader", "err", err)
+		}
+		l.addr.Store(&addr)
+		if !sleepCtx(ctx, time.Second) {
+			return
+		}
+	}
 }

@@ -2,10 +2,103 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"slices"
+	"strings"
 )
 
-func runStatus(_ context.Context, e *env, _ []string) int {
-	fmt.Fprintln(e.stderr, "nomad-serverless status: not built yet")
-	return exitError
+func runStatus(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "Usage: nomad-serverless status [options] <service>")
+		fmt.Fprintln(e.stderr, "\nShows a service's URLs, route, and per revision the desired, running and ready")
+		fmt.Fprintln(e.stderr, "instances with the autoscaler's view (stable and panic values, last reason).")
+		fmt.Fprintln(e.stderr)
+		fs.PrintDefaults()
+	}
+	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
+	asJSON := fs.Bool("json", false, "print JSON")
+	rest, err := parseFlagsAnywhere(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(rest) != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	in, err := newInspector()
+	if err != nil {
+		return errorLine(e, "status", err)
+	}
+	states := in.autoscalerStates(ctx, rest[0])
+	v, err := in.view(ctx, *namespace, rest[0], states, true)
+	if err != nil {
+		return errorLine(e, "status", err)
+	}
+	if *asJSON {
+		if err := writeJSON(e.stdout, v); err != nil {
+			return errorLine(e, "status", err)
+		}
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "Service:   %s (namespace %s)\n", v.Service, v.Namespace)
+	if len(v.URLs) == 0 {
+		fmt.Fprintln(e.stdout, "URLs:      none (no gateway is running: nomad-serverless serve)")
+	} else {
+		fmt.Fprintf(e.stdout, "URLs:      %s\n", strings.Join(v.URLs, "  "))
+	}
+	fmt.Fprintf(e.stdout, "Latest:    %s\n", orDash(v.Latest))
+	var route []string
+	for _, s := range v.Route.Splits {
+		route = append(route, fmt.Sprintf("%s %d%%", s.Revision, s.Percent))
+	}
+	for _, tag := range sortedTags(v.Route.Tags) {
+		route = append(route, fmt.Sprintf("tag %s -> %s", tag, v.Route.Tags[tag]))
+	}
+	fmt.Fprintf(e.stdout, "Route:     %s\n", orDash(strings.Join(route, ", ")))
+	if len(states) == 0 {
+		fmt.Fprintln(e.stdout, "Autoscaler: no leader answered (is `nomad-serverless serve` running?); last reasons come from Nomad's scaling events")
+	}
+	fmt.Fprintln(e.stdout)
+	tw := table(e.stdout)
+	fmt.Fprintln(tw, "REVISION\tTRAFFIC\tDESIRED\tRUNNING\tREADY\tSTABLE\tPANIC\tMODE\tLAST REASON")
+	for _, r := range v.Revisions {
+		if r.Stopped {
+			continue
+		}
+		stable, panicV, mode, reason := "-", "-", "-", r.LastScaling
+		if a := r.Autoscaler; a != nil {
+			stable = fmt.Sprintf("%.1f", a.Stable)
+			panicV = fmt.Sprintf("%.1f", a.Panic)
+			mode = "stable"
+			if a.PanicMode {
+				mode = "panic"
+			}
+			reason = a.LastReason
+			if reason == "" {
+				reason = a.Reason
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Revision, trafficCell(r), r.Desired, r.Running, r.Ready, stable, panicV, mode, orDash(reason))
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func sortedTags(tags map[string]string) []string {
+	out := make([]string, 0, len(tags))
+	for t := range tags {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -1,0 +1,228 @@
+package activator
+
+import (
+	"hash/fnv"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// rebuild reads the catalog and the probe results and installs a new
+// routing table. Revisions, their backends and the services' split counters
+// carry over from the previous build. One rebuild runs at a time.
+func (g *Gateway) rebuild() {
+	g.buildMu.Lock()
+	defer g.buildMu.Unlock()
+	g.metrics.rebuilds.Inc()
+
+	probed := g.prober.successes()
+	revs := g.cat.Revisions()
+	t := &table{
+		hosts:     map[string]*route{},
+		revisions: make(map[string]*revision, len(revs)),
+	}
+	want := map[probeKey]string{}
+	known := map[probeKey]bool{}
+
+	for _, cr := range revs {
+		r := g.revs[cr.Name]
+		if r == nil {
+			ns := cr.Namespace
+			if ns == "" {
+				ns = spec.DefaultNamespace
+			}
+			r = newRevision(cr.Name, cr.Service, ns, g.metrics.forRevision(cr.Service, cr.Name))
+			r.wake = g.maybeWake
+			g.revs[cr.Name] = r
+		}
+		timeout := cr.Timeout
+		if timeout <= 0 {
+			timeout = spec.DefaultTimeout
+		}
+		cfg := revisionConfig{timeout: timeout, concurrency: max(cr.Concurrency, 0), burstCapacity: cr.Scaling.BurstCapacity}
+		if *r.cfg.Load() != cfg {
+			r.cfg.Store(&cfg)
+		}
+		allocs := g.cat.Allocations(cr.Name)
+		for _, a := range allocs {
+			known[probeKey{hostPort(a.Address, a.Port), a.ID}] = true
+		}
+		eps := r.tracker.update(allocs, g.cat.Ready(cr.Name), probed)
+		g.installPool(r, eps, cfg.concurrency)
+		for _, e := range eps {
+			if e.NeedsProbe {
+				want[probeKey{e.HostPort, e.Alloc}] = cr.Name
+			}
+		}
+		t.revisions[cr.Name] = r
+	}
+	for name, r := range g.revs {
+		if _, ok := t.revisions[name]; !ok {
+			delete(g.revs, name)
+			r.close(errRevisionGone)
+			for _, b := range r.backends {
+				b.closeIdle(time.Time{}, true)
+			}
+			g.metrics.forget(r.service, r.name)
+		}
+	}
+
+	counters := map[string]*atomic.Uint64{}
+	for _, s := range g.cat.Services() {
+		ns := s.Namespace
+		if ns == "" {
+			ns = spec.DefaultNamespace
+		}
+		key := ns + "/" + s.Name
+		c := g.counters[key]
+		if c == nil {
+			c = &atomic.Uint64{}
+		}
+		counters[key] = c
+		main := &route{service: s.Name, namespace: ns, counter: c}
+		total := 0
+		for _, sp := range s.Route.Splits {
+			if sp.Percent > 0 {
+				total += sp.Percent
+			}
+		}
+		slot := 0
+		for _, sp := range s.Route.Splits {
+			if sp.Percent <= 0 || total == 0 {
+				continue
+			}
+			idx := uint8(len(main.targets))
+			main.targets = append(main.targets, target{name: sp.Revision, rev: t.revisions[sp.Revision]})
+			// Scale to 100 so a route whose splits do not add to 100 (it
+			// should not happen) still sends every request somewhere.
+			n := sp.Percent * 100 / total
+			for i := 0; i < n && slot < 100; i++ {
+				main.slots[slot] = idx
+				slot++
+			}
+		}
+		for ; slot < 100 && len(main.targets) > 0; slot++ {
+			main.slots[slot] = uint8(len(main.targets) - 1)
+		}
+		g.addHost(t, serviceHost(s.Name, ns, g.domain), main)
+		for _, d := range s.Domains {
+			g.addHost(t, canonicalHost(d), main)
+		}
+		tags := make([]string, 0, len(s.Route.Tags))
+		for tag := range s.Route.Tags {
+			tags = append(tags, tag)
+		}
+		slices.Sort(tags)
+		for _, tag := range tags {
+			rev := s.Route.Tags[tag]
+			tr := &route{service: s.Name, namespace: ns, tag: tag, counter: c,
+				targets: []target{{name: rev, rev: t.revisions[rev]}}}
+			g.addHost(t, tagHost(tag, s.Name, ns, g.domain), tr)
+		}
+	}
+	g.counters = counters
+	g.table.Store(t)
+	g.prober.sync(want, known)
+}
+
+// addHost adds a host unless another route has it: a service's own host wins
+// over a tag host that spells the same name (tag "a" of service "b" against
+// service "a-b"), and the first service (by name) wins between services.
+func (g *Gateway) addHost(t *table, host string, rt *route) {
+	host = strings.ToLower(host)
+	if old, ok := t.hosts[host]; ok {
+		kept, other := old, rt
+		if old.tag != "" && rt.tag == "" {
+			kept, other = rt, old
+		}
+		t.hosts[host] = kept
+		// Said once per host, not at every rebuild.
+		if !g.conflicts[host] {
+			g.conflicts[host] = true
+			g.log.Warn("two routes claim one host; keeping one", "host", host,
+				"kept", describeRoute(kept), "ignored", describeRoute(other))
+		}
+		return
+	}
+	t.hosts[host] = rt
+}
+
+func describeRoute(rt *route) string {
+	if rt.tag != "" {
+		return "tag " + rt.tag + " of " + rt.service
+	}
+	return "service " + rt.service
+}
+
+// installPool gives the revision a new pool when its routable set changed.
+// Backends keep their identity (and in-flight count) for as long as the
+// tracker knows their address.
+func (g *Gateway) installPool(r *revision, eps []endpoint, concurrency int) {
+	seen := make(map[string]bool, len(eps))
+	routable := make([]*backend, 0, len(eps))
+	for _, e := range eps {
+		seen[e.HostPort] = true
+		b := r.backends[e.HostPort]
+		if b == nil || b.alloc != e.Alloc {
+			if b != nil {
+				b.closeIdle(time.Time{}, true)
+			}
+			b = &backend{hostPort: e.HostPort, alloc: e.Alloc}
+			r.backends[e.HostPort] = b
+		}
+		if e.Routable {
+			routable = append(routable, b)
+		}
+	}
+	for hp, b := range r.backends {
+		if !seen[hp] {
+			b.closeIdle(time.Time{}, true)
+			delete(r.backends, hp)
+		}
+	}
+	// Each replica walks instances in its own order, so first-available
+	// on several replicas does not pile onto one instance.
+	slices.SortFunc(routable, func(a, b *backend) int {
+		ha, hb := g.order(a.hostPort), g.order(b.hostPort)
+		switch {
+		case ha < hb:
+			return -1
+		case ha > hb:
+			return 1
+		}
+		return strings.Compare(a.hostPort, b.hostPort)
+	})
+	old := r.pool.Load()
+	policy := g.policy.resolve(concurrency)
+	if old.limit == int32(concurrency) && old.policy == policy && slices.Equal(old.backends, routable) {
+		return
+	}
+	r.setPool(&pool{backends: routable, limit: int32(concurrency), policy: policy, rr: &r.rr})
+}
+
+// order is this replica's rank of an instance address.
+func (g *Gateway) order(hp string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(g.replica))
+	h.Write([]byte{0})
+	h.Write([]byte(hp))
+	return h.Sum64()
+}
+
+// routable lists the addresses the gateway sends a revision's requests to.
+func (g *Gateway) routable(rev string) []string {
+	t := g.table.Load()
+	r := t.revisions[rev]
+	if r == nil {
+		return nil
+	}
+	var out []string
+	for _, b := range r.pool.Load().backends {
+		out = append(out, b.hostPort)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,157 @@
+package activator
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+)
+
+// endpointTracker decides which of a revision's instances may receive
+// requests, merging the two sources that describe them:
+//
+//   - Nomad (allocations: Running, address and port) knows first that an
+//     instance starts and that it stops;
+//   - Consul (passing instances) knows that it is healthy, but only at its
+//     check interval.
+//
+// The rule: an instance is routable when Consul lists it passing, or when
+// the activator's own probe of its Running allocation succeeded. It stops
+// being routable at once when Nomad reports the allocation not running (or
+// forgets it: Nomad knows before Consul's deregistration lands), or when
+// Consul drops it after having listed it (a failing check is not overridden
+// by an older probe). The two sources meet on address:port.
+//
+// It is pure state: the caller feeds it snapshots and probe results and uses
+// what update returns. It is not safe for concurrent use (one table builder
+// owns it).
+type endpointTracker struct {
+	mem map[string]*endpointMemory // by host:port
+}
+
+// endpointMemory is what the tracker remembers of one address between
+// updates.
+type endpointMemory struct {
+	alloc   string // allocation last seen at this address ("" = only Consul knows it)
+	listed  bool   // Consul lists it now
+	dropped bool   // Consul listed it, then stopped listing it
+	probed  bool   // our probe of the current allocation succeeded
+	stopped bool   // Nomad said the allocation is not running, or forgot it
+}
+
+// endpoint is one address of a revision after an update.
+type endpoint struct {
+	HostPort  string
+	Alloc     string // "" when only Consul knows it
+	AdminPort int
+	Routable  bool
+	// NeedsProbe is true for a Running allocation that is not routable yet
+	// and that Consul has not dropped: the activator probes it directly.
+	NeedsProbe bool
+}
+
+func newEndpointTracker() *endpointTracker {
+	return &endpointTracker{mem: map[string]*endpointMemory{}}
+}
+
+// probeKey identifies a probe result: an address and the allocation probed
+// there, so a result never applies to a later allocation at the same port.
+type probeKey struct {
+	HostPort string
+	Alloc    string
+}
+
+func hostPort(addr string, port int) string {
+	return addr + ":" + strconv.Itoa(port)
+}
+
+// update applies the current allocations and passing instances of one
+// revision, and the probe successes so far, and returns every address either
+// source mentions, sorted by address.
+func (t *endpointTracker) update(allocs []catalog.Allocation, ready []consulroute.Instance, probed map[probeKey]bool) []endpoint {
+	byHP := make(map[string]catalog.Allocation, len(allocs))
+	for _, a := range allocs {
+		hp := hostPort(a.Address, a.Port)
+		// Two allocations on one address (an old one stopping, a new one
+		// starting): the running one describes the address.
+		if old, ok := byHP[hp]; ok && old.Running && !a.Running {
+			continue
+		}
+		byHP[hp] = a
+	}
+	readyBy := make(map[string]consulroute.Instance, len(ready))
+	for _, in := range ready {
+		readyBy[hostPort(in.Address, in.Port)] = in
+	}
+
+	keys := make([]string, 0, len(byHP)+len(readyBy)+len(t.mem))
+	for hp := range byHP {
+		keys = append(keys, hp)
+	}
+	for hp := range readyBy {
+		keys = append(keys, hp)
+	}
+	for hp := range t.mem {
+		keys = append(keys, hp)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+
+	out := make([]endpoint, 0, len(keys))
+	for _, hp := range keys {
+		a, hasAlloc := byHP[hp]
+		in, inReady := readyBy[hp]
+		m := t.mem[hp]
+		if !hasAlloc && !inReady {
+			// Neither source mentions it any more: forget it, so a later
+			// allocation on the same port starts with a clean record.
+			delete(t.mem, hp)
+			continue
+		}
+		if m == nil {
+			m = &endpointMemory{}
+			t.mem[hp] = m
+		}
+		if hasAlloc {
+			// A different allocation at this address, or the same one
+			// running again after Nomad stopped it: start over, it must be
+			// probed or listed anew.
+			if (m.alloc != "" && m.alloc != a.ID) || (a.Running && m.stopped) {
+				*m = endpointMemory{}
+			}
+			m.alloc = a.ID
+			if !a.Running {
+				m.stopped = true
+			}
+		} else if m.alloc != "" {
+			// Nomad forgot an allocation it told us about: it is gone,
+			// whatever Consul still says.
+			m.stopped = true
+		}
+		switch {
+		case inReady:
+			m.listed, m.dropped = true, false
+		case m.listed:
+			m.listed, m.dropped, m.probed = false, true, false
+		}
+		if !m.dropped && !m.stopped && m.alloc != "" && probed[probeKey{hp, m.alloc}] {
+			m.probed = true
+		}
+		running := hasAlloc && a.Running
+		e := endpoint{
+			HostPort:   hp,
+			Alloc:      m.alloc,
+			Routable:   !m.stopped && (inReady || (m.probed && running)),
+			NeedsProbe: running && !m.stopped && !inReady && !m.probed && !m.dropped,
+		}
+		switch {
+		case inReady && in.AdminPort != 0:
+			e.AdminPort = in.AdminPort
+		case hasAlloc:
+			e.AdminPort = a.AdminPort
+		}
+		out = append(out, e)
+	}
+	return out
+}

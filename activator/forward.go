@@ -1,0 +1,640 @@
+package activator
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/textproto"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// forwardH1 proxies a plain HTTP/1.x request without a body (the common
+// GET) to its reserved instance over a pooled connection, synchronously in
+// the handler goroutine.
+//
+// Why not httputil.ReverseProxy here: its http.Transport hands every request
+// to a writer goroutine and every response back from a reader goroutine, and
+// the proxy clones the request and its headers; on a 2-core machine where
+// client, gateway, sidecar and app share the CPUs, those hand-offs cost
+// more than the rest of the gateway together (see the gateway benchmark).
+// Requests with a body, upgrades and HTTP/2 still take the ReverseProxy
+// path (proxy.go), which streams both ways.
+//
+// What it keeps of ReverseProxy's behaviour: hop-by-hop headers (and any
+// named in Connection) are dropped both ways; X-Forwarded-For gets the
+// client appended and X-Forwarded-Host/Proto are set when absent; response
+// trailers pass through; a response of unknown length is flushed as it
+// arrives; an instance failure after the response started aborts the
+// client connection instead of ending the response cleanly. A dial refused
+// is retried on another instance; a reused connection the instance closed
+// before answering is retried once on a new one for idempotent methods, as
+// http.Transport does.
+func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, deadline time.Time) {
+	retryable := isIdempotent(r.Method)
+	fresh := false
+	for {
+		uc, reused, err := f.b.conn(deadline, fresh)
+		if err != nil {
+			if refusedBeforeSend(err) && f.tries < maxRetries {
+				if f.reacquire(r, deadline) {
+					continue
+				}
+				f.status = g.writeAcquireError(w, r, f.rev, f.rev.cfg.Load(), f.err)
+				return
+			}
+			f.status = g.upstreamFailed(w, r, f, err, deadline)
+			return
+		}
+		res, err := g.exchangeH1(w, r, f, uc, deadline)
+		if err == nil && res.keep {
+			f.b.putConn(uc)
+		} else {
+			uc.nc.Close()
+		}
+		if err == nil {
+			return
+		}
+		// A kept-alive connection the instance closed just as we reused it
+		// (no byte came back): like http.Transport, send again on a new
+		// connection if the request is idempotent, or if the close was
+		// clean (EOF), which means the instance never read it.
+		if !res.gotResponse && reused && !fresh && (retryable || errors.Is(err, io.EOF)) && r.Context().Err() == nil {
+			fresh = true
+			continue
+		}
+		if res.headerSent {
+			if errors.Is(err, errClientWrite) {
+				return // the client is gone; net/http notices on its own
+			}
+			// Do not let net/http end a cut response as if complete.
+			panic(http.ErrAbortHandler)
+		}
+		f.status = g.upstreamFailed(w, r, f, err, deadline)
+		return
+	}
+}
+
+// reacquire gives up the slot on an instance that refused the connection
+// and reserves one on another (waiting in the queue if need be).
+func (f *forward) reacquire(r *http.Request, deadline time.Time) bool {
+	g := f.g
+	f.tries++
+	f.rev.metrics.retries.Inc()
+	f.b.refusedUntil.Store(time.Now().Add(refusedPause).UnixNano())
+	g.log.Debug("instance refused the connection; retrying on another", "revision", f.rev.name, "instance", f.b.hostPort)
+	f.rev.release(f.b)
+	f.b = nil
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
+	b, _, err := f.rev.acquire(ctx, g.cfg.QueueDepth, g.cfg.QueueTimeout)
+	if err != nil {
+		f.err = err
+		return false
+	}
+	f.b = b
+	return true
+}
+
+// upstreamFailed answers a request whose instance failed before the
+// response started, and returns the status written (0: client gone).
+func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, f *forward, err error, deadline time.Time) int {
+	rev := f.rev
+	switch {
+	case r.Context().Err() != nil:
+		return 0
+	case !time.Now().Before(deadline) || errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, "revision %s did not answer within its timeout of %s", rev.name, rev.cfg.Load().timeout)
+		return http.StatusGatewayTimeout
+	}
+	addr := ""
+	if f.b != nil {
+		addr = f.b.hostPort
+	}
+	g.log.Warn("proxy to instance failed", "revision", rev.name, "instance", addr, "err", err)
+	writeError(w, http.StatusBadGateway, "instance %s of revision %s failed to answer: %v", addr, rev.name, err)
+	return http.StatusBadGateway
+}
+
+var errClientWrite = errors.New("write to client failed")
+
+// h1Result says how far an exchange got.
+type h1Result struct {
+	gotResponse bool // a response head arrived
+	headerSent  bool // the response head went to the client
+	keep        bool // the connection can serve another request
+}
+
+func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward, uc *upConn, deadline time.Time) (h1Result, error) {
+	var res h1Result
+	uc.begin(r.Context(), deadline)
+	defer uc.end()
+
+	writeRequestHead(uc.bw, r, f.rev.header[0])
+	if err := uc.bw.Flush(); err != nil {
+		return res, err
+	}
+	dst := w.Header()
+	var head respHead
+	for {
+		var err error
+		head, err = uc.readHead(dst, r.Method == http.MethodHead)
+		if err != nil {
+			res.gotResponse = head.got
+			return res, err
+		}
+		// Informational answers (103) are the instance's to give and
+		// ours to skip; the final one follows.
+		if head.status >= 200 || head.status == http.StatusSwitchingProtocols {
+			break
+		}
+		clear(dst)
+	}
+	res.gotResponse = true
+	f.status = head.status
+	if head.status == http.StatusSwitchingProtocols {
+		return res, errors.New("instance switched protocols for a request that asked for no upgrade")
+	}
+	w.WriteHeader(head.status)
+	res.headerSent = true
+
+	var body io.Reader
+	switch {
+	case !head.hasBody:
+	case head.chunked:
+		body = httputil.NewChunkedReader(uc.br)
+	case head.length >= 0:
+		uc.lr = io.LimitedReader{R: uc.br, N: head.length}
+		body = &uc.lr
+	default:
+		body = uc.br // until the instance closes the connection
+	}
+	if body != nil {
+		bufp := g.buffers.p.Get().(*[]byte)
+		err := copyBody(w, body, *bufp, head.length < 0)
+		g.buffers.p.Put(bufp)
+		if err != nil {
+			return res, err
+		}
+		if head.length > 0 && uc.lr.N > 0 {
+			return res, io.ErrUnexpectedEOF
+		}
+		if head.chunked {
+			if err := uc.readTrailers(dst); err != nil {
+				return res, err
+			}
+		}
+	}
+	// The deadline stays: an idle connection is not read, and the next
+	// exchange sets its own.
+	res.keep = head.keepAlive && (!head.hasBody || head.chunked || head.length >= 0)
+	return res, nil
+}
+
+// respHead is what readHead learned of a response's framing.
+type respHead struct {
+	got       bool // any byte arrived
+	status    int
+	hasBody   bool
+	chunked   bool
+	length    int64 // -1: unknown
+	keepAlive bool
+}
+
+// maxResponseHead bounds a response's status line and header block.
+const maxResponseHead = 64 << 10
+
+var errBadResponse = errors.New("malformed HTTP response from the instance")
+
+// readHead reads a status line and header block into dst, dropping
+// hop-by-hop headers (and those Connection names). The block becomes one
+// string that keys and values slice, so a response head costs a couple of
+// allocations whatever its size.
+func (uc *upConn) readHead(dst http.Header, head bool) (respHead, error) {
+	h := respHead{length: -1}
+	block := uc.scratch[:0]
+	for {
+		line, err := uc.br.ReadSlice('\n')
+		if len(line) > 0 {
+			h.got = true
+		}
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				err = errBadResponse
+			}
+			uc.scratch = block
+			return h, err
+		}
+		if len(block)+len(line) > maxResponseHead {
+			return h, errBadResponse
+		}
+		if len(block) > 0 && (len(line) == 1 || len(line) == 2 && line[0] == '\r') {
+			break
+		}
+		block = append(block, line...)
+	}
+	uc.scratch = block
+	text := string(block)
+
+	status, rest, _ := strings.Cut(text, "\n")
+	status = strings.TrimRight(status, "\r")
+	if len(status) < 12 || !strings.HasPrefix(status, "HTTP/1.") || status[8] != ' ' {
+		return h, errBadResponse
+	}
+	for _, c := range status[9:12] {
+		if c < '0' || c > '9' {
+			return h, errBadResponse
+		}
+		h.status = h.status*10 + int(c-'0')
+	}
+	if h.status < 100 {
+		return h, errBadResponse
+	}
+	http11 := status[7] == '1'
+	h.keepAlive = http11
+
+	var conn []string
+	var te string
+	lengths := 0
+	for rest != "" {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\n")
+		line = strings.TrimRight(line, "\r")
+		if line == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return h, errBadResponse
+		}
+		k = canonicalKey(k)
+		v = strings.TrimSpace(v)
+		switch k {
+		case "Content-Length":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 || (lengths > 0 && n != h.length) {
+				return h, errBadResponse
+			}
+			h.length = n
+			lengths++
+		case "Connection":
+			conn = append(conn, v)
+			continue
+		case "Transfer-Encoding":
+			te = v
+			continue
+		}
+		if k != "Trailer" && isHopByHop(k) {
+			continue
+		}
+		if old, ok := dst[k]; ok {
+			dst[k] = append(old, v)
+		} else {
+			dst[k] = []string{v}
+		}
+	}
+	for _, c := range conn {
+		for tok := range strings.SplitSeq(c, ",") {
+			tok = strings.TrimSpace(tok)
+			switch {
+			case strings.EqualFold(tok, "close"):
+				h.keepAlive = false
+			case strings.EqualFold(tok, "keep-alive"):
+				h.keepAlive = true
+			default:
+				delete(dst, http.CanonicalHeaderKey(tok))
+			}
+		}
+	}
+	h.hasBody = !head && h.status >= 200 && h.status != http.StatusNoContent && h.status != http.StatusNotModified
+	if te != "" {
+		// Chunked must come last; any other coding is read to the end of
+		// the connection (RFC 9112 6.3).
+		if strings.EqualFold(strings.TrimSpace(lastToken(te)), "chunked") {
+			h.chunked = true
+		} else {
+			h.keepAlive = false
+		}
+		h.length = -1
+		delete(dst, "Content-Length")
+	}
+	if !h.hasBody {
+		h.length = 0
+	}
+	return h, nil
+}
+
+// readTrailers reads a chunked body's trailer section into dst.
+func (uc *upConn) readTrailers(dst http.Header) error {
+	for n := 0; ; n++ {
+		line, err := uc.br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
+			return nil
+		}
+		if n > 100 {
+			return errBadResponse
+		}
+		k, v, ok := strings.Cut(strings.TrimRight(string(line), "\r\n"), ":")
+		if !ok {
+			return errBadResponse
+		}
+		k = canonicalKey(k)
+		if !isHopByHop(k) {
+			dst[http.TrailerPrefix+k] = append(dst[http.TrailerPrefix+k], strings.TrimSpace(v))
+		}
+	}
+}
+
+func lastToken(s string) string {
+	if i := strings.LastIndexByte(s, ','); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// canonicalKey is textproto's canonical form; a key already in it (the
+// usual case) is returned as is, without allocating.
+func canonicalKey(k string) string {
+	upper := true
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return textproto.CanonicalMIMEHeaderKey(k)
+		}
+		upper = c == '-'
+	}
+	return k
+}
+
+// copyBody relays a response body; with flush, every chunk goes to the
+// client as it arrives (streams, server-sent events).
+func copyBody(w http.ResponseWriter, body io.Reader, buf []byte, flush bool) error {
+	var fl http.Flusher
+	if flush {
+		fl, _ = w.(http.Flusher)
+	}
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return errClientWrite
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// fastPathOK tells whether forwardH1 can carry r: HTTP/1.x, no body, no
+// upgrade, no expectation, no trailers.
+func fastPathOK(r *http.Request) bool {
+	if r.ProtoMajor != 1 || (r.ContentLength != 0) || len(r.TransferEncoding) > 0 {
+		return false
+	}
+	h := r.Header
+	if _, ok := h["Upgrade"]; ok {
+		return false
+	}
+	if _, ok := h["Expect"]; ok {
+		return false
+	}
+	if _, ok := h["Trailer"]; ok {
+		return false
+	}
+	return r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0
+}
+
+func isIdempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodDelete, http.MethodPut:
+		return true
+	}
+	return false
+}
+
+// isHopByHop names the headers that concern one connection only (RFC 9110
+// 7.6.1), in canonical form.
+func isHopByHop(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// namedIn reports whether header k is listed in Connection header values.
+func namedIn(conn []string, k string) bool {
+	for _, v := range conn {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeRequestHead writes the request line and headers for the instance.
+func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
+	uri := r.RequestURI
+	if uri == "" || (uri[0] != '/' && uri != "*") {
+		uri = r.URL.RequestURI()
+	}
+	bw.WriteString(r.Method)
+	bw.WriteByte(' ')
+	bw.WriteString(uri)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(r.Host)
+	bw.WriteString("\r\n")
+	h := r.Header
+	connTokens := h["Connection"]
+	for k, vv := range h {
+		if isHopByHop(k) || k == revisionHeaderKey || k == headerXFF || (connTokens != nil && namedIn(connTokens, k)) {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	bw.WriteString(revisionHeaderKey)
+	bw.WriteString(": ")
+	bw.WriteString(revision)
+	bw.WriteString("\r\n")
+	// X-Forwarded-For: the chain so far, then this hop's client.
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		bw.WriteString("X-Forwarded-For: ")
+		for _, v := range h[headerXFF] {
+			bw.WriteString(v)
+			bw.WriteString(", ")
+		}
+		bw.WriteString(ip)
+		bw.WriteString("\r\n")
+	}
+	if _, ok := h[headerXFH]; !ok {
+		bw.WriteString("X-Forwarded-Host: ")
+		bw.WriteString(r.Host)
+		bw.WriteString("\r\n")
+	}
+	if _, ok := h[headerXFP]; !ok {
+		if r.TLS != nil {
+			bw.WriteString("X-Forwarded-Proto: https\r\n")
+		} else {
+			bw.WriteString("X-Forwarded-Proto: http\r\n")
+		}
+	}
+	bw.WriteString("\r\n")
+}
+
+// upConn is one kept-alive connection to an instance's sidecar.
+type upConn struct {
+	nc      net.Conn
+	br      *bufio.Reader // reads through upConn.Read
+	bw      *bufio.Writer
+	idle    time.Time // when it went back to the pool
+	scratch []byte    // response head being read
+	lr      io.LimitedReader
+
+	// The exchange in progress: its request's context and deadline.
+	ctx      context.Context
+	deadline time.Time
+}
+
+// clientCheckInterval is how often a request waiting on its instance checks
+// that its client is still there (and the server not shutting down).
+const clientCheckInterval = time.Second
+
+// begin arms the connection for one exchange. Reads wait at most until
+// deadline, and every clientCheckInterval they look whether the client left,
+// so a departed client frees its slot within a second. This costs one read
+// deadline per request (and one more per second of a long one) instead of a
+// callback registered on the request's context, which cost more than the
+// rest of the gateway's own work on a short request.
+func (uc *upConn) begin(ctx context.Context, deadline time.Time) {
+	uc.ctx, uc.deadline = ctx, deadline
+	_ = uc.nc.SetReadDeadline(earliest(deadline, time.Now().Add(clientCheckInterval)))
+}
+
+// end forgets the exchange (the idle connection keeps no request alive).
+func (uc *upConn) end() { uc.ctx = nil }
+
+// Read is the bufio.Reader's source: a read that times out before the
+// request's deadline, with its client still there, is extended and goes on.
+func (uc *upConn) Read(p []byte) (int, error) {
+	for {
+		n, err := uc.nc.Read(p)
+		if n > 0 || err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || uc.ctx == nil {
+			return n, err
+		}
+		now := time.Now()
+		if !now.Before(uc.deadline) || uc.ctx.Err() != nil {
+			return n, err
+		}
+		_ = uc.nc.SetReadDeadline(earliest(uc.deadline, now.Add(clientCheckInterval)))
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// maxIdlePerBackend bounds the connections kept open to one instance.
+const maxIdlePerBackend = 1024
+
+// idleConnTimeout is how long an unused connection is kept.
+const idleConnTimeout = 60 * time.Second
+
+// connPool is a backend's idle connections, newest last (reused first, so
+// the rest can age out).
+type connPool struct {
+	mu     sync.Mutex
+	idle   []*upConn
+	closed bool
+}
+
+// conn returns a connection to the backend: an idle one unless fresh, or a
+// new one. reused tells which.
+func (b *backend) conn(deadline time.Time, fresh bool) (uc *upConn, reused bool, err error) {
+	if !fresh {
+		b.pool.mu.Lock()
+		if n := len(b.pool.idle); n > 0 {
+			uc = b.pool.idle[n-1]
+			b.pool.idle[n-1] = nil
+			b.pool.idle = b.pool.idle[:n-1]
+		}
+		b.pool.mu.Unlock()
+		if uc != nil {
+			return uc, true, nil
+		}
+	}
+	d := net.Dialer{Timeout: dialTimeout, Deadline: deadline, KeepAlive: 30 * time.Second}
+	nc, err := d.Dial("tcp", b.hostPort)
+	if err != nil {
+		return nil, false, err
+	}
+	uc = &upConn{nc: nc, bw: bufio.NewWriterSize(nc, 8<<10)}
+	uc.br = bufio.NewReaderSize(uc, 16<<10)
+	return uc, false, nil
+}
+
+// dialTimeout bounds a connection attempt to a sidecar.
+const dialTimeout = 2 * time.Second
+
+func (b *backend) putConn(uc *upConn) {
+	uc.idle = time.Now()
+	b.pool.mu.Lock()
+	if b.pool.closed || len(b.pool.idle) >= maxIdlePerBackend {
+		b.pool.mu.Unlock()
+		uc.nc.Close()
+		return
+	}
+	b.pool.idle = append(b.pool.idle, uc)
+	b.pool.mu.Unlock()
+}
+
+// closeIdle closes idle connections unused since before cutoff (all of them
+// and any returned later when forever is set: the instance is gone).
+func (b *backend) closeIdle(cutoff time.Time, forever bool) {
+	b.pool.mu.Lock()
+	var old []*upConn
+	keep := b.pool.idle[:0]
+	for _, uc := range b.pool.idle {
+		if forever || uc.idle.Before(cutoff) {
+			old = append(old, uc)
+		} else {
+			keep = append(keep, uc)
+		}
+	}
+	clear(b.pool.idle[len(keep):])
+	b.pool.idle = keep
+	if forever {
+		b.pool.closed = true
+	}
+	b.pool.mu.Unlock()
+	for _, uc := range old {
+		uc.nc.Close()
+	}
+}

@@ -1,0 +1,551 @@
+// Package activator is nomad-serverless's gateway and activator: the HTTP
+// front door for users without a service mesh, and the buffer that lets a
+// revision sleep at zero.
+//
+// A request is routed by Host (<service>.<namespace>.<domain>, a service's
+// own domains, <tag>-<service>.<namespace>.<domain>) to a revision through
+// the service's traffic split, then to one of the revision's routable
+// instances with a free concurrency slot. When none has a free slot the
+// request waits in the revision's bounded FIFO queue (the activator) while
+// the autoscaler is asked for an immediate decision, and new allocations are
+// probed directly so the queue drains the moment their sidecar answers.
+//
+// Everything is read from a catalog.Catalog; the routing table is rebuilt
+// when it changes and swapped in atomically, so requests take no lock to be
+// routed.
+package activator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+)
+
+// Autoscaler is what the activator needs from the autoscaler: somewhere to
+// report demand and ask for wakes, and the excess burst capacity that
+// decides whether the activator stays in a revision's request path.
+type Autoscaler interface {
+	autoscaler.DemandSink
+	// ExcessBurstCapacity is the spare capacity of a revision in requests
+	// beyond its burst capacity; negative keeps the activator in the path.
+	// known is false when the autoscaler has not decided for it yet.
+	ExcessBurstCapacity(revision string) (ebc float64, known bool)
+}
+
+// Config configures a Gateway. Zero values take the defaults noted.
+type Config struct {
+	Catalog    *catalog.Catalog
+	Autoscaler Autoscaler
+	// Domain completes service hosts: <service>.<namespace>.<Domain>.
+	// Default "localhost" (curl -H 'Host: hello.default.localhost').
+	Domain string
+
+	// QueueDepth bounds the requests one revision's queue holds (default
+	// 10000); QueueTimeout bounds one request's wait in it (default 60s).
+	// Beyond either the request gets 503.
+	QueueDepth   int
+	QueueTimeout time.Duration
+
+	// MaxHeaderBytes bounds a request's header (default 64 KiB);
+	// MaxBodyBytes its body (default 32 MiB; -1 = unlimited).
+	MaxHeaderBytes int
+	MaxBodyBytes   int64
+	// ReadHeaderTimeout (default 10s) and IdleTimeout (default 90s) apply
+	// to the listener built by Server; the read and write deadlines of a
+	// request follow its revision's timeout plus QueueTimeout.
+	ReadHeaderTimeout, IdleTimeout time.Duration
+
+	// Replica names this gateway in demand reports (default: host name).
+	Replica    string
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer // nil: a private registry
+	// Transport carries requests with a body, protocol upgrades and probes
+	// to sidecars (body-less HTTP/1 requests, the common case, go through
+	// the gateway's own connection pool: forward.go); nil is NewTransport.
+	Transport http.RoundTripper
+
+	// Policy is the load-balancing policy (default PolicyAuto).
+	Policy Policy
+	// ProbeInterval is the period of the direct probes of new allocations
+	// (default 25ms); ProbeWindow bounds how long one allocation is probed
+	// before only its Consul check counts (default 2m).
+	ProbeInterval, ProbeWindow time.Duration
+	// OnInstanceReady, if set, is called when a direct probe first finds
+	// an allocation ready (benchmarks use it for the cold-start split).
+	OnInstanceReady func(revision, hostPort string, at time.Time)
+}
+
+// Defaults.
+const (
+	DefaultDomain            = "localhost"
+	DefaultQueueDepth        = 10000
+	DefaultQueueTimeout      = 60 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxBodyBytes      = 32 << 20
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 90 * time.Second
+	DefaultProbeInterval     = 25 * time.Millisecond
+	DefaultProbeWindow       = 2 * time.Minute
+
+	// HealthPath and MetricsPath are served by AdminHandler.
+	HealthPath  = "/healthz"
+	MetricsPath = "/metrics"
+
+	// demandInterval is how often demand goes to the autoscaler;
+	// ebcInterval how often the excess burst capacity is read back;
+	// wakeInterval the least time between two wakes of one revision.
+	demandInterval = time.Second
+	ebcInterval    = 250 * time.Millisecond
+	wakeInterval   = time.Second
+	sweepInterval  = 100 * time.Millisecond
+	// refusedPause is how long an instance that refused a connection is
+	// skipped; maxRetries bounds the retries of one request.
+	refusedPause = time.Second
+	maxRetries   = 3
+)
+
+// Gateway is the gateway and activator. ServeHTTP is safe for concurrent
+// use from the moment New returns; Run drives the background work (table
+// rebuilds, probes, demand reports) and must run for instances to be probed
+// and the autoscaler to hear from the gateway.
+type Gateway struct {
+	cfg       Config
+	cat       *catalog.Catalog
+	as        Autoscaler
+	log       *slog.Logger
+	domain    string
+	replica   string
+	policy    Policy
+	transport http.RoundTripper
+	gatherer  prometheus.Gatherer
+	metrics   *metrics
+	proxy     *httputil.ReverseProxy
+	buffers   bufferPool
+	prober    *prober
+
+	table atomic.Pointer[table]
+
+	buildMu  sync.Mutex
+	revs     map[string]*revision      // by name; guarded by buildMu
+	counters map[string]*atomic.Uint64 // split counters by namespace/service; guarded by buildMu
+	// conflicts are hosts claimed twice, already logged; guarded by buildMu.
+	conflicts map[string]bool
+
+	rebuildCh     chan struct{} // a probe succeeded
+	reportFailing atomic.Bool   // the last demand report failed
+	running       atomic.Bool
+	healthy       atomic.Bool
+	bg            sync.WaitGroup // wake goroutines
+	runCtx        atomic.Pointer[context.Context]
+}
+
+// New checks cfg and returns a gateway that already routes by the
+// catalog's current content.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Catalog == nil {
+		return nil, errors.New("activator: Config.Catalog is nil")
+	}
+	if cfg.Autoscaler == nil {
+		return nil, errors.New("activator: Config.Autoscaler is nil: the activator reports demand and asks for wakes through it")
+	}
+	if cfg.QueueDepth < 0 || cfg.QueueTimeout < 0 || cfg.MaxHeaderBytes < 0 || cfg.MaxBodyBytes < -1 ||
+		cfg.ReadHeaderTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ProbeInterval < 0 || cfg.ProbeWindow < 0 {
+		return nil, errors.New("activator: sizes and durations in Config must not be negative")
+	}
+	if _, err := ParsePolicy(string(cfg.Policy)); err != nil {
+		return nil, fmt.Errorf("activator: %w", err)
+	}
+	domain := strings.Trim(strings.ToLower(cfg.Domain), ".")
+	if cfg.Domain == "" {
+		domain = DefaultDomain
+	}
+	if domain == "" || strings.ContainsAny(domain, "/: ") {
+		return nil, fmt.Errorf("activator: domain %q is not a DNS name", cfg.Domain)
+	}
+	setDefault(&cfg.QueueDepth, DefaultQueueDepth)
+	setDefault(&cfg.QueueTimeout, DefaultQueueTimeout)
+	setDefault(&cfg.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	setDefault(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	setDefault(&cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	setDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&cfg.ProbeInterval, DefaultProbeInterval)
+	setDefault(&cfg.ProbeWindow, DefaultProbeWindow)
+	if cfg.Replica == "" {
+		cfg.Replica = defaultReplica()
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "gateway")
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	gatherer, _ := reg.(prometheus.Gatherer)
+	rt := cfg.Transport
+	if rt == nil {
+		rt = NewTransport()
+	}
+
+	g := &Gateway{
+		cfg:       cfg,
+		cat:       cfg.Catalog,
+		as:        cfg.Autoscaler,
+		log:       log,
+		domain:    domain,
+		replica:   cfg.Replica,
+		policy:    cfg.Policy,
+		transport: rt,
+		gatherer:  gatherer,
+		revs:      map[string]*revision{},
+		counters:  map[string]*atomic.Uint64{},
+		conflicts: map[string]bool{},
+		rebuildCh: make(chan struct{}, 1),
+	}
+	m, err := newMetrics(reg, g)
+	if err != nil {
+		return nil, fmt.Errorf("activator: register metrics: %w", err)
+	}
+	g.metrics = m
+	g.prober = newProber(rt, cfg.ProbeInterval, cfg.ProbeWindow, log, m)
+	g.prober.guard = g.guard
+	g.prober.onReady = func(rev, hp string, at time.Time) {
+		g.requestRebuild()
+		if cfg.OnInstanceReady != nil {
+			cfg.OnInstanceReady(rev, hp, at)
+		}
+	}
+	g.buffers = newBufferPool()
+	g.proxy = g.newProxy()
+	g.rebuild()
+	return g, nil
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// NewTransport returns the default transport to sidecars: keep-alive
+// connections in number (every request of a busy revision reuses one),
+// short dials (sidecars are near, and a refused dial is retried elsewhere),
+// no compression (bytes pass through untouched), HTTP/1.1.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       60 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+		WriteBufferSize:       16 << 10,
+		ReadBufferSize:        16 << 10,
+	}
+}
+
+// requestRebuild asks Run for a table rebuild without blocking.
+func (g *Gateway) requestRebuild() {
+	select {
+	case g.rebuildCh <- struct{}{}:
+	default:
+	}
+}
+
+// Run rebuilds the routing table when the catalog changes, probes new
+// allocations, reports demand every second and reads back the autoscaler's
+// excess burst capacity, until ctx ends. Then the queues are failed (503)
+// and probes stopped; Run returns nil.
+func (g *Gateway) Run(ctx context.Context) error {
+	if !g.running.CompareAndSwap(false, true) {
+		return errors.New("activator: Run called twice")
+	}
+	g.runCtx.Store(&ctx)
+	g.prober.start(ctx)
+	g.refreshEBC(ctx)
+	g.rebuild()
+	g.healthy.Store(true)
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); g.reportLoop(ctx) }()
+	go func() { defer wg.Done(); g.ebcLoop(ctx) }()
+
+	sweep := time.NewTicker(sweepInterval)
+	defer sweep.Stop()
+	lastIdleSweep := time.Now()
+	for {
+		changed := g.cat.Changed()
+		select {
+		case <-ctx.Done():
+			g.healthy.Store(false)
+			g.prober.stop()
+			wg.Wait()
+			g.buildMu.Lock()
+			for _, r := range g.revs {
+				r.close(errShutdown)
+				for _, b := range r.backends {
+					b.closeIdle(time.Time{}, false)
+				}
+			}
+			g.buildMu.Unlock()
+			g.bg.Wait()
+			return nil
+		case <-changed:
+			g.safeRebuild()
+		case <-g.rebuildCh:
+			g.safeRebuild()
+		case <-sweep.C:
+			// Hands slots to waiters whose instance came back from a
+			// refused connection (nothing else signals that).
+			for _, r := range g.table.Load().revisions {
+				r.dispatch()
+			}
+			if now := time.Now(); now.Sub(lastIdleSweep) >= idleConnTimeout/4 {
+				lastIdleSweep = now
+				g.closeIdleConns(now.Add(-idleConnTimeout))
+			}
+		}
+	}
+}
+
+func (g *Gateway) reportLoop(ctx context.Context) {
+	t := time.NewTicker(demandInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		func() {
+			defer g.guard("demand report")
+			g.reportDemand(ctx)
+		}()
+	}
+}
+
+// reportDemand sends every revision that has requests queued or in flight;
+// the report replaces the previous one, so a revision that went quiet drops
+// out of it.
+func (g *Gateway) reportDemand(ctx context.Context) {
+	var demand []autoscaler.Demand
+	for _, r := range g.table.Load().revisions {
+		if d := r.demand(); d.Queued > 0 || d.InFlight > 0 {
+			demand = append(demand, d)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, demandInterval)
+	defer cancel()
+	if err := g.as.ReportDemand(ctx, g.replica, demand); err != nil {
+		g.metrics.reports.WithLabelValues("error").Inc()
+		// Said once per outage, not every second.
+		lvl := slog.LevelDebug
+		if g.reportFailing.CompareAndSwap(false, true) {
+			lvl = slog.LevelWarn
+		}
+		g.log.Log(ctx, lvl, "report demand to the autoscaler (retrying every second)", "err", err)
+		return
+	}
+	if g.reportFailing.CompareAndSwap(true, false) {
+		g.log.Info("demand reports reach the autoscaler again")
+	}
+	g.metrics.reports.WithLabelValues("ok").Inc()
+}
+
+func (r *revision) demand() autoscaler.Demand {
+	return autoscaler.Demand{Revision: r.name, Queued: int(max(r.queued.Load(), 0)), InFlight: int(r.inflight.Load())}
+}
+
+func (g *Gateway) ebcLoop(ctx context.Context) {
+	t := time.NewTicker(ebcInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		func() {
+			defer g.guard("excess burst capacity")
+			g.refreshEBC(ctx)
+		}()
+	}
+}
+
+// refreshEBC reads the autoscaler's excess burst capacity of every revision.
+func (g *Gateway) refreshEBC(context.Context) {
+	t := g.table.Load()
+	for _, r := range t.revisions {
+		ebc, known := g.as.ExcessBurstCapacity(r.name)
+		if math.IsNaN(ebc) {
+			known = false
+		}
+		r.ebc.Store(math.Float64bits(ebc))
+		r.ebcKnown.Store(known)
+	}
+}
+
+// maybeWake asks the autoscaler for an immediate decision for a revision
+// that has a request waiting, at most once per wakeInterval per revision.
+// The call runs in the background: a request never waits on the autoscaler.
+func (g *Gateway) maybeWake(r *revision) {
+	now := time.Now().UnixNano()
+	last := r.lastWake.Load()
+	if last != 0 && now-last < int64(wakeInterval) || !r.lastWake.CompareAndSwap(last, now) {
+		return
+	}
+	ctxp := g.runCtx.Load()
+	if ctxp == nil {
+		// Not running: nobody would wait for the goroutine; ask anyway.
+		bg := context.Background()
+		ctxp = &bg
+	}
+	r.metrics.wakes.Inc()
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		defer g.guard("wake")
+		ctx, cancel := context.WithTimeout(*ctxp, 5*time.Second)
+		defer cancel()
+		if err := g.as.Wake(ctx, g.replica, r.demand()); err != nil {
+			g.log.Warn("ask the autoscaler to wake a revision", "revision", r.name, "err", err)
+		}
+	}()
+}
+
+// Server returns an http.Server for user traffic with the gateway's limits:
+// header size, read-header and idle timeouts. Per-request read and write
+// deadlines are set by ServeHTTP from the revision's timeout.
+func (g *Gateway) Server(addr string) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           g,
+		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
+		IdleTimeout:       g.cfg.IdleTimeout,
+		MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// AdminHandler serves HealthPath (200 while Run is running, for the Consul
+// check that lets several replicas sit behind a load balancer) and
+// MetricsPath (when the Registerer is also a Gatherer, as the default is).
+func (g *Gateway) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(HealthPath, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if !g.healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: the gateway is not running")
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	if g.gatherer != nil {
+		mux.Handle(MetricsPath, promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}))
+	}
+	return mux
+}
+
+// RevisionState is one revision as the gateway sees it now.
+type RevisionState struct {
+	Revision string  `json:"revision"`
+	Service  string  `json:"service"`
+	Queued   int     `json:"queued"`
+	InFlight int     `json:"in_flight"`
+	InPath   bool    `json:"activator_in_path"`
+	EBC      float64 `json:"excess_burst_capacity"`
+	EBCKnown bool    `json:"excess_burst_capacity_known"`
+	Policy   Policy  `json:"policy"`
+	// Concurrency is the per-instance limit (0 = none).
+	Concurrency int `json:"concurrency"`
+	// Instances are the routable instances.
+	Instances []InstanceState `json:"instances"`
+}
+
+// InstanceState is one routable instance.
+type InstanceState struct {
+	Address  string `json:"address"`
+	Alloc    string `json:"alloc,omitempty"`
+	InFlight int    `json:"in_flight"`
+}
+
+// Revisions reports every revision's routing state, sorted by name.
+func (g *Gateway) Revisions() []RevisionState {
+	t := g.table.Load()
+	out := make([]RevisionState, 0, len(t.revisions))
+	for _, r := range t.revisions {
+		p := r.pool.Load()
+		s := RevisionState{
+			Revision: r.name, Service: r.service,
+			Queued: int(max(r.queued.Load(), 0)), InFlight: int(r.inflight.Load()),
+			InPath: r.inPath(p), EBC: math.Float64frombits(r.ebc.Load()), EBCKnown: r.ebcKnown.Load(),
+			Policy: p.policy, Concurrency: int(p.limit),
+		}
+		for _, b := range p.backends {
+			s.Instances = append(s.Instances, InstanceState{Address: b.hostPort, Alloc: b.alloc, InFlight: int(b.inflight.Load())})
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b RevisionState) int { return strings.Compare(a.Revision, b.Revision) })
+	return out
+}
+
+// defaultReplica names this process in demand reports.
+func defaultReplica() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "gateway"
+	}
+	return fmt.Sprintf("%s-%d", h, os.Getpid())
+}
+
+// closeIdleConns closes connections to instances unused since cutoff.
+func (g *Gateway) closeIdleConns(cutoff time.Time) {
+	g.buildMu.Lock()
+	defer g.buildMu.Unlock()
+	for _, r := range g.revs {
+		for _, b := range r.backends {
+			b.closeIdle(cutoff, false)
+		}
+	}
+}
+
+// guard, deferred at the top of a background goroutine, keeps a panic
+// there (a bug, ours or the autoscaler's) from taking the process down: it
+// is logged and counted like a panic while serving a request.
+func (g *Gateway) guard(what string) {
+	if p := recover(); p != nil {
+		g.metrics.panics.Inc()
+		g.log.Error("panic in background work", "work", what, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	}
+}
+
+// safeRebuild rebuilds the table; after a panic the previous table stays.
+func (g *Gateway) safeRebuild() {
+	defer g.guard("routing table rebuild")
+	g.rebuild()
+}

@@ -1,0 +1,188 @@
+package activator
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// prober probes the sidecars of allocations that Nomad reports Running but
+// Consul does not list yet, every interval for at most window, so a new
+// instance takes traffic the moment its sidecar answers instead of at the
+// next Consul check. Probes go through the proxy's transport: the connection
+// of the successful probe is kept alive and carries the first request.
+type prober struct {
+	rt       http.RoundTripper
+	interval time.Duration
+	window   time.Duration
+	log      *slog.Logger
+	metrics  *metrics
+	// onReady is called (from the probing goroutine) after a success is
+	// recorded; the gateway rebuilds its table.
+	onReady func(rev, hostPort string, at time.Time)
+	// guard recovers a panic in a probing goroutine (Gateway.guard).
+	guard func(what string)
+
+	mu      sync.Mutex
+	ctx     context.Context // nil until start
+	wg      sync.WaitGroup
+	running map[probeKey]context.CancelFunc
+	results map[probeKey]bool // successes not yet forgotten
+	gaveUp  map[probeKey]bool // window passed without success
+	want    map[probeKey]string
+}
+
+func newProber(rt http.RoundTripper, interval, window time.Duration, log *slog.Logger, m *metrics) *prober {
+	return &prober{
+		rt: rt, interval: interval, window: window, log: log, metrics: m,
+		running: map[probeKey]context.CancelFunc{},
+		results: map[probeKey]bool{},
+		gaveUp:  map[probeKey]bool{},
+		want:    map[probeKey]string{},
+	}
+}
+
+// start enables probing under ctx; sync before it only records what to probe.
+func (p *prober) start(ctx context.Context) {
+	p.mu.Lock()
+	p.ctx = ctx
+	p.mu.Unlock()
+}
+
+// stop cancels every probe and waits for them.
+func (p *prober) stop() {
+	p.mu.Lock()
+	p.ctx = nil
+	for k, cancel := range p.running {
+		cancel()
+		delete(p.running, k)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// successes returns a copy of the recorded successes.
+func (p *prober) successes() map[probeKey]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[probeKey]bool, len(p.results))
+	for k := range p.results {
+		out[k] = true
+	}
+	return out
+}
+
+// sync makes the running probes match want (key -> revision): new keys
+// start, keys no longer wanted stop, and memory of keys that left (their
+// allocation is routable, stopped or gone) is dropped.
+func (p *prober) sync(want map[probeKey]string, known map[probeKey]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.want = want
+	for k, cancel := range p.running {
+		if _, ok := want[k]; !ok {
+			cancel()
+			delete(p.running, k)
+		}
+	}
+	for k := range p.results {
+		if !known[k] {
+			delete(p.results, k)
+		}
+	}
+	for k := range p.gaveUp {
+		if _, ok := want[k]; !ok {
+			delete(p.gaveUp, k)
+		}
+	}
+	if p.ctx == nil {
+		return
+	}
+	for k, rev := range want {
+		if _, ok := p.running[k]; ok || p.results[k] || p.gaveUp[k] {
+			continue
+		}
+		ctx, cancel := context.WithCancel(p.ctx)
+		p.running[k] = cancel
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			if p.guard != nil {
+				defer p.guard("probe " + k.HostPort)
+			}
+			p.probeUntilReady(ctx, k, rev)
+		}()
+	}
+}
+
+// probeUntilReady probes one allocation until it answers ready, the window
+// passes or ctx ends.
+func (p *prober) probeUntilReady(ctx context.Context, k probeKey, rev string) {
+	start := time.Now()
+	deadline := start.Add(p.window)
+	url := "http://" + k.HostPort + "/"
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res := p.probeOnce(ctx, url)
+		p.metrics.probes.WithLabelValues(rev, res).Inc()
+		if res == "ready" {
+			now := time.Now()
+			p.metrics.probeReady.Observe(now.Sub(start).Seconds())
+			p.mu.Lock()
+			delete(p.running, k)
+			p.results[k] = true
+			p.mu.Unlock()
+			p.log.Debug("probe ready", "revision", rev, "instance", k.HostPort, "alloc", k.Alloc, "after", now.Sub(start))
+			if p.onReady != nil {
+				p.onReady(rev, k.HostPort, now)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			p.mu.Lock()
+			delete(p.running, k)
+			p.gaveUp[k] = true
+			p.mu.Unlock()
+			p.log.Info("allocation not ready within the probe window; waiting for its Consul check", "revision", rev, "instance", k.HostPort, "window", p.window)
+			return
+		}
+		t.Reset(p.interval)
+	}
+}
+
+// probeOnce sends K-Network-Probe: queue; the sidecar answers 200 "queue"
+// when its app is ready and it is not draining.
+func (p *prober) probeOnce(ctx context.Context, url string) string {
+	ctx, cancel := context.WithTimeout(ctx, max(4*p.interval, 250*time.Millisecond))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "error"
+	}
+	req.Header.Set(spec.ProbeHeader, spec.ProbeHeaderValue)
+	// Requests use the gateway's own connection pool (forward.go), so a
+	// probe's connection would only sit idle in the transport's.
+	req.Close = true
+	resp, err := p.rt.RoundTrip(req)
+	if err != nil {
+		return "error"
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK && bytes.Equal(bytes.TrimSpace(body), []byte(spec.ProbeHeaderValue)) {
+		return "ready"
+	}
+	return "not_ready"
+}

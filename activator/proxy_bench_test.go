@@ -1,0 +1,50 @@
+package activator
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+)
+
+// BenchmarkProxy measures one request through the gateway over real
+// loopback HTTP to a trivial backend, clients in parallel.
+func BenchmarkProxy(b *testing.B) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
+	defer backend.Close()
+	cat := oneRevision(0, time.Minute)
+	host, port := splitHostPort(b, backend.Listener.Addr().String())
+	cat.SetReady("hello-00001", []consulroute.Instance{{ID: "x", Revision: "hello-00001", Address: host, Port: port}})
+	g, err := New(Config{Catalog: cat, Autoscaler: &fakeAutoscaler{ebc: 1000, known: true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(g)
+	srv.Config = g.Server("")
+	srv.Start()
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		req.Host = "hello.default.localhost"
+		for pb.Next() {
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+}

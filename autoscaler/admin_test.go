@@ -1,0 +1,285 @@
+package autoscaler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// adminServer serves a's admin API on 127.0.0.1.
+func adminServer(t *testing.T, a *Autoscaler) *httptest.Server {
+	t.Helper()
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	RegisterAdmin(e, a)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if v != nil && resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e adminError
+	json.NewDecoder(resp.Body).Decode(&e)
+	return resp.StatusCode, e.Error
+}
+
+func TestAdminAPI(t *testing.T) {
+	ctx := context.Background()
+	a, cat, scr, sc, clk := newTestAutoscaler(t, nil)
+	cat.SetRevision(testRevision("hello-00001", 1, nil))
+	cat.SetRevision(testRevision("other-00001", 0, nil))
+	cat.SetReady("hello-00001", instances("hello-00001", 1))
+	scr.set("hello-00001-i0", 12)
+	srv := adminServer(t, a)
+
+	// Not leading: every endpoint says so, with 503.
+	if code := getJSON(t, srv.URL+PathRevisions, nil); code != http.StatusServiceUnavailable {
+		t.Fatalf("GET revisions while not leading: %d, want 503", code)
+	}
+	if code, msg := post(t, srv.URL+PathWake, `{"replica":"a1","demand":{"revision":"other-00001","queued":1}}`); code != http.StatusServiceUnavailable || !strings.Contains(msg, "not the leader") {
+		t.Fatalf("POST wake while not leading: %d %q, want 503 not the leader", code, msg)
+	}
+
+	l := startLoop(t, a)
+	tickN(ctx, l, clk, 1, 2*time.Second)
+
+	var states []RevisionState
+	if code := getJSON(t, srv.URL+PathRevisions, &states); code != http.StatusOK || len(states) != 2 {
+		t.Fatalf("GET revisions: %d %+v", code, states)
+	}
+	h := states[0]
+	if h.Revision != "hello-00001" || h.Service != "hello" || h.Stable != 12 || h.Actual != 1 ||
+		h.Reason != "stable: 12.0 concurrent over 70.0 target per instance" || h.Rule != RuleStable {
+		t.Fatalf("hello state over the API: %+v", h)
+	}
+	var raw []map[string]any
+	getJSON(t, srv.URL+PathRevisions+"?service=other", &raw)
+	if len(raw) != 1 || raw[0]["revision"] != "other-00001" || raw[0]["rule"] != "zero" || raw[0]["panic_mode"] != false {
+		t.Fatalf("GET revisions?service=other: %v", raw)
+	}
+
+	var bc BurstCapacities
+	if code := getJSON(t, srv.URL+PathBurstCapacity, &bc); code != http.StatusOK || bc.Revisions["hello-00001"] != -123 || bc.Revisions["other-00001"] != -211 {
+		t.Fatalf("GET burst-capacity: %d %+v", code, bc)
+	}
+
+	if code, _ := post(t, srv.URL+PathDemand, `{"replica":"a2","demand":[{"revision":"other-00001","queued":4,"in_flight":0}]}`); code != http.StatusNoContent {
+		t.Fatalf("POST demand: %d", code)
+	}
+	for _, bad := range []string{`{"replica":"","demand":[]}`, `not json`, `{"replica":"a2","demand":[{"revision":""}]}`, `{"replica":"a2","bogus":1}`} {
+		if code, msg := post(t, srv.URL+PathDemand, bad); code != http.StatusBadRequest || msg == "" {
+			t.Errorf("POST demand %s: %d %q, want 400 with a message", bad, code, msg)
+		}
+	}
+	if code, _ := post(t, srv.URL+PathWake, `{"replica":"a2","demand":{"revision":"other-00001","queued":4}}`); code != http.StatusNoContent {
+		t.Fatalf("POST wake: %d", code)
+	}
+	// The loop is driven by hand here: the wake is pending for it.
+	l.tickWoken(ctx)
+	l.applies.Wait()
+	var woke bool
+	for _, c := range sc.Calls() {
+		if c.Revision == "other-00001" && c.Count == 1 && strings.HasPrefix(c.Reason, "wake: 4 requests") {
+			woke = true
+		}
+	}
+	if !woke {
+		t.Fatalf("the wake over the API scaled nothing: %+v", sc.Calls())
+	}
+}
+
+func TestRemoteSink(t *testing.T) {
+	ctx := context.Background()
+	a, cat, _, _, clk := newTestAutoscaler(t, nil)
+	cat.SetRevision(testRevision("hello-00001", 0, nil))
+	srv := adminServer(t, a)
+	l := startLoop(t, a)
+	tickN(ctx, l, clk, 1, 0)
+
+	var leaderAddr atomic.Value
+	leaderAddr.Store(strings.TrimPrefix(srv.URL, "http://"))
+	now := newClock()
+	rs, err := NewRemoteSink(RemoteSinkConfig{
+		Leader: func() (string, bool) { s := leaderAddr.Load().(string); return s, s != "" },
+		Poll:   time.Second,
+		Now:    now.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rs.ExcessBurstCapacity("hello-00001"); ok {
+		t.Fatal("known before the first poll")
+	}
+	if err := rs.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ebc, ok := rs.ExcessBurstCapacity("hello-00001"); !ok || ebc != -211 {
+		t.Fatalf("ebc %v %v, want -211 from the leader", ebc, ok)
+	}
+	if _, ok := rs.ExcessBurstCapacity("nope-00001"); ok {
+		t.Fatal("an unknown revision reads as known")
+	}
+	allocs := testing.AllocsPerRun(1000, func() { rs.ExcessBurstCapacity("hello-00001") })
+	if allocs != 0 {
+		t.Errorf("RemoteSink.ExcessBurstCapacity allocates %v times, want 0", allocs)
+	}
+	// Stale after 3 polls without an answer.
+	now.Advance(3*time.Second + time.Millisecond)
+	if _, ok := rs.ExcessBurstCapacity("hello-00001"); ok {
+		t.Fatal("a stale burst capacity reads as known")
+	}
+
+	// Demand and wakes reach the leader.
+	if err := rs.ReportDemand(ctx, "a9", []Demand{{Revision: "hello-00001", Queued: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Wake(ctx, "a9", Demand{Revision: "hello-00001", Queued: 3}); err != nil {
+		t.Fatal(err)
+	}
+	a.demandMu.Lock()
+	got := a.reports["a9"].demand["hello-00001"].Queued
+	a.demandMu.Unlock()
+	if got != 3 {
+		t.Fatalf("leader holds queued %d from the remote replica, want 3", got)
+	}
+
+	// No leader known, or a replica that does not lead: clear errors.
+	leaderAddr.Store("")
+	if err := rs.Wake(ctx, "a9", Demand{Revision: "hello-00001", Queued: 1}); err == nil || !strings.Contains(err.Error(), "no autoscaler leader") {
+		t.Fatalf("Wake without a leader: %v", err)
+	}
+	b, _, _, _, _ := newTestAutoscaler(t, nil)
+	leaderAddr.Store(adminServer(t, b).URL)
+	if err := rs.Wake(ctx, "a9", Demand{Revision: "hello-00001", Queued: 1}); err == nil || !strings.Contains(err.Error(), "not the leader") {
+		t.Fatalf("Wake at a replica that does not lead: %v", err)
+	}
+	if err := rs.refresh(ctx); err == nil {
+		t.Fatal("refresh from a replica that does not lead: no error")
+	}
+}
+
+func TestRemoteSinkPrefersLocalLeader(t *testing.T) {
+	ctx := context.Background()
+	a, cat, _, _, clk := newTestAutoscaler(t, nil)
+	cat.SetRevision(testRevision("hello-00001", 0, nil))
+	rs, err := NewRemoteSink(RemoteSinkConfig{
+		Leader: func() (string, bool) { return "127.0.0.1:1", true }, // nothing listens
+		Local:  a,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Wake(ctx, "a1", Demand{Revision: "hello-00001", Queued: 1}); err == nil {
+		t.Fatal("Wake with neither a local leader nor a reachable one: no error")
+	}
+	l := startLoop(t, a)
+	tickN(ctx, l, clk, 1, 0)
+	if err := rs.Wake(ctx, "a1", Demand{Revision: "hello-00001", Queued: 1}); err != nil {
+		t.Fatalf("Wake through the local leader: %v", err)
+	}
+	if ebc, ok := rs.ExcessBurstCapacity("hello-00001"); !ok || ebc != -211 {
+		t.Fatalf("ebc through the local leader: %v %v", ebc, ok)
+	}
+}
+
+func TestRemoteSinkRunPollsUntilCancelled(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != PathBurstCapacity {
+			http.NotFound(w, r)
+			return
+		}
+		hits.Add(1)
+		json.NewEncoder(w).Encode(BurstCapacities{Revisions: map[string]float64{"hello-00001": 5}})
+	}))
+	t.Cleanup(srv.Close)
+	rs, err := NewRemoteSink(RemoteSinkConfig{Leader: func() (string, bool) { return srv.URL, true }, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rs.Run(ctx) }()
+	waitFor(t, 5*time.Second, "three polls", func() bool { return hits.Load() >= 3 })
+	if ebc, ok := rs.ExcessBurstCapacity("hello-00001"); !ok || ebc != 5 {
+		t.Fatalf("ebc %v %v, want 5", ebc, ok)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if _, err := NewRemoteSink(RemoteSinkConfig{}); err == nil || errors.Is(err, ErrNotLeader) {
+		t.Fatalf("NewRemoteSink without Leader: %v", err)
+	}
+}
+
+func TestRemoteSinkCoalescesWakes(t *testing.T) {
+	var posts atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	rs, err := NewRemoteSink(RemoteSinkConfig{Leader: func() (string, bool) { return srv.URL, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var returned atomic.Int64
+	errs := make(chan error, 200)
+	for i := range 200 {
+		go func() {
+			errs <- rs.Wake(context.Background(), "a1", Demand{Revision: "hello-00001", Queued: i + 1})
+			returned.Add(1)
+		}()
+	}
+	// All but the one in flight return at once.
+	waitFor(t, 5*time.Second, "199 coalesced wakes", func() bool { return returned.Load() == 199 })
+	close(release)
+	for range 200 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := posts.Load(); n != 1 {
+		t.Fatalf("%d wake POSTs for a burst of 200, want 1", n)
+	}
+}

@@ -1,0 +1,325 @@
+package autoscaler
+
+import (
+	"math"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// Inputs is everything one decision reads. The autoscaler's loop fills it
+// from the catalog, the windows and the activators' reports; tests write it
+// by hand.
+type Inputs struct {
+	// Scaling is the revision's scaling settings. Fields left at zero that
+	// must be positive (target, utilization, window, rates, ...) take the
+	// defaults of DESIGN.md, so a half-filled value never divides by zero.
+	Scaling spec.Scaling
+	// Concurrency is the revision's per-instance hard limit (0 = none).
+	// With the concurrency metric a limit below Scaling.Target becomes the
+	// per-instance capacity, as in Knative.
+	Concurrency int
+	// Ready is how many instances pass their checks now.
+	Ready int
+	// Count is the job's group count in Nomad now.
+	Count int
+	// Observed is what the windows say.
+	Observed Observation
+	// Queued is the requests the activators hold for this revision because
+	// it has no capacity; InFlight the requests they proxy to it now.
+	Queued   int
+	InFlight int
+	// ActivatorInPath tells whether requests for the revision go through the
+	// activator (which holds them while there is no instance), the condition
+	// for scaling to zero.
+	ActivatorInPath bool
+}
+
+// Observation is the metric as the windows hold it: the revision's total
+// (sum over instances, plus the activator's queued requests), averaged.
+type Observation struct {
+	Stable float64
+	Panic  float64
+	// Data is false when the stable window holds no sample at all (a new
+	// leader, or every scrape failed for a whole window).
+	Data bool
+	// Gap is true when the latest sample is missing or partial (a scrape
+	// failed): such a tick does not count as "no traffic".
+	Gap bool
+}
+
+// Knative's progress deadline: a revision that never reaches its initial
+// scale stops being held at it.
+const initialScaleDeadline = 10 * time.Minute
+
+// Decider is one revision's autoscaler (Knative's KPA), a state machine with
+// no I/O: the caller passes Inputs and now, and carries out the Decision it
+// returns. Its state is the panic mode, the scale-down delay, whether the
+// initial scale was reached, and how long the revision has been idle. The
+// zero value is ready; the first Decide initialises it from what it sees, so
+// a new leader that starts with fresh Deciders neither scales a busy
+// revision down (it starts in panic mode when more than one instance is
+// ready) nor drops a revision at zero back to its initial scale.
+//
+// Not safe for concurrent use.
+type Decider struct {
+	started     bool
+	initialized bool // the initial scale was reached, or does not apply
+	firstSeen   time.Time
+	panicTime   time.Time // last time over the panic threshold; zero = not panicking
+	maxPanic    int       // highest count asked for in this panic
+	idleSince   time.Time // since when every sample showed no traffic; zero = not idle
+	inPathSince time.Time // since when the activator is in the path; zero = not
+	delay       maxWindow
+}
+
+// Decide applies every rule to in at now, in Knative's order: window averages
+// to counts, rate limits, activation scale, panic mode, scale-down delay,
+// initial scale, scale to zero, then min and max.
+func (d *Decider) Decide(in Inputs, now time.Time) Decision {
+	s := effectiveScaling(in.Scaling)
+	total, target := capacity(s, in.Concurrency)
+	obs := in.Observed
+	dec := Decision{
+		Metric:        s.Metric,
+		Target:        target,
+		Ready:         in.Ready,
+		Count:         in.Count,
+		Queued:        in.Queued,
+		Stable:        obs.Stable,
+		Panic:         obs.Panic,
+		Data:          obs.Data,
+		BurstCapacity: s.BurstCapacity,
+	}
+
+	if !d.started {
+		d.started = true
+		d.firstSeen = now
+		d.initialized = s.Initial == 0 || in.Count == 0 || in.Ready >= s.Initial
+		if in.Ready > 1 {
+			// Knative: a fresh decider has no history; hold the current
+			// scale (panic mode never scales down) until the windows fill.
+			d.panicTime, d.maxPanic = now, in.Ready
+		}
+	}
+	if !d.initialized && (in.Ready >= s.Initial || now.Sub(d.firstSeen) >= initialScaleDeadline) {
+		d.initialized = true
+	}
+	if in.ActivatorInPath {
+		if d.inPathSince.IsZero() {
+			d.inPathSince = now
+		}
+	} else {
+		d.inPathSince = time.Time{}
+	}
+	quiet := obs.Data && !obs.Gap && obs.Stable == 0 && obs.Panic == 0 && in.Queued == 0 && in.InFlight == 0
+	if quiet {
+		if d.idleSince.IsZero() {
+			d.idleSince = now
+		}
+	} else {
+		d.idleSince = time.Time{}
+	}
+
+	if !obs.Data {
+		// No data, no change: never scale (least of all to zero) on
+		// missing metrics. Bounds still hold.
+		dec.Desired, dec.Rule = in.Count, RuleNoData
+		dec.PanicMode = !d.panicTime.IsZero()
+		d.bound(&dec, s)
+		dec.ExcessBurstCapacity = excessBurstCapacity(s, in.Ready, total, obs.Panic, false)
+		return dec
+	}
+
+	readyF := math.Max(1, float64(in.Ready))
+	// At least one more instance per step even with a timid rate (Knative).
+	maxUp := math.Ceil(s.MaxScaleUpRate * readyF)
+	maxDown := math.Floor(readyF / s.MaxScaleDownRate)
+
+	dspc := math.Ceil(obs.Stable / target)
+	dppc := math.Ceil(obs.Panic / target)
+	stableCount := int(math.Min(math.Max(dspc, maxDown), maxUp))
+	panicCount := int(math.Min(math.Max(dppc, maxDown), maxUp))
+	activated := false
+	if s.ActivationScale > 1 {
+		if dspc > 0 && s.ActivationScale > stableCount {
+			stableCount, activated = s.ActivationScale, true
+		}
+		if dppc > 0 && s.ActivationScale > panicCount {
+			panicCount = s.ActivationScale
+		}
+	}
+
+	over := dppc/readyF >= s.PanicThresholdPercentage/100
+	switch {
+	case over:
+		// Enter panic, or extend it: it lasts a stable window past the
+		// last tick over the threshold.
+		d.panicTime = now
+	case !d.panicTime.IsZero() && d.panicTime.Add(s.Window).Before(now):
+		d.panicTime, d.maxPanic = time.Time{}, 0
+	}
+
+	desired, rule := stableCount, RuleStable
+	if activated {
+		rule = RuleActivation
+	}
+	if !d.panicTime.IsZero() {
+		dec.PanicMode = true
+		desired = max(desired, panicCount)
+		// Panic mode never scales down.
+		d.maxPanic = max(d.maxPanic, desired)
+		desired, rule = d.maxPanic, RulePanic
+	}
+	if in.Count == 0 && in.Queued > 0 && desired > 0 {
+		rule = RuleWake
+	}
+	dec.Wanted = desired
+
+	if s.ScaleDownDelay > 0 {
+		d.delay.record(now, desired, s.ScaleDownDelay)
+		if held := d.delay.max(); held > desired {
+			desired, rule = held, RuleScaleDownDelay
+			dec.Hold = s.ScaleDownDelay
+		}
+	} else {
+		d.delay.reset()
+	}
+
+	if !d.initialized && desired < s.Initial {
+		desired, rule = s.Initial, RuleInitial
+	}
+
+	zeroPending := false
+	if desired == 0 && s.Min == 0 {
+		switch {
+		case in.Count == 0:
+			// Already at zero (its last instances may still be listed
+			// while they stop): nothing to hold, and a failed scrape of
+			// a stopping instance must not bring one back.
+			rule = RuleZero
+			dec.Hold = d.idleFor(now)
+		case !d.idleSince.IsZero() && !d.inPathSince.IsZero() &&
+			now.Sub(later(d.idleSince, d.inPathSince)) >= s.ScaleToZeroGrace:
+			rule = RuleZero
+			dec.Hold = d.idleFor(now)
+		default:
+			// Knative: keep one instance for the rest of the grace period
+			// (or until the activator is in the path).
+			desired, rule = 1, RuleIdle
+			dec.Hold = d.idleFor(now)
+			dec.Grace = s.ScaleToZeroGrace
+			dec.AwaitingActivator = d.inPathSince.IsZero()
+			zeroPending = true
+		}
+	}
+
+	dec.Desired, dec.Rule = desired, rule
+	d.bound(&dec, s)
+	// While the count heads for zero the activator must take the traffic.
+	dec.ExcessBurstCapacity = excessBurstCapacity(s, in.Ready, total, obs.Panic, zeroPending || dec.Desired == 0)
+	return dec
+}
+
+// bound applies min and max (min first: validation keeps min <= max).
+func (d *Decider) bound(dec *Decision, s spec.Scaling) {
+	if dec.Desired < s.Min {
+		if dec.Rule != RuleNoData {
+			dec.Wanted = dec.Desired
+		}
+		dec.Desired, dec.Rule = s.Min, RuleMin
+	}
+	if s.Max > 0 && dec.Desired > s.Max {
+		if dec.Rule != RuleNoData {
+			dec.Wanted = dec.Desired
+		}
+		dec.Desired, dec.Rule = s.Max, RuleMax
+	}
+}
+
+func (d *Decider) idleFor(now time.Time) time.Duration {
+	if d.idleSince.IsZero() {
+		return 0
+	}
+	return now.Sub(d.idleSince)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// excessBurstCapacity is Knative's EBC: total capacity minus the target burst
+// capacity minus the panic-window demand. Negative means the activator must
+// stay in the request path. BurstCapacity 0 keeps it out except at zero,
+// Unlimited keeps it in always; at zero ready instances, or when the
+// revision is heading to zero, it is in the path whatever the setting.
+func excessBurstCapacity(s spec.Scaling, ready int, total, panic float64, towardZero bool) float64 {
+	var ebc float64
+	switch {
+	case s.BurstCapacity == 0:
+		ebc = 0
+	case s.BurstCapacity > 0:
+		ebc = math.Floor(float64(ready)*total - s.BurstCapacity - panic)
+	default:
+		ebc = -1
+	}
+	if (ready == 0 || towardZero) && ebc >= 0 {
+		ebc = -1
+	}
+	return ebc
+}
+
+// capacity returns one instance's full capacity (Knative's TotalValue) and
+// the target the decider aims for (TargetValue = total x utilization).
+func capacity(s spec.Scaling, concurrency int) (total, target float64) {
+	total = s.Target
+	if s.Metric == spec.MetricConcurrency && concurrency > 0 && float64(concurrency) < total {
+		total = float64(concurrency)
+	}
+	// Knative's floor, so a tiny target never divides into infinity.
+	return total, math.Max(0.01, total*s.Utilization/100)
+}
+
+// effectiveScaling fills the fields that must be positive with the defaults.
+// Validated services never need it; hand-built catalog entries might.
+func effectiveScaling(s spec.Scaling) spec.Scaling {
+	def := spec.DefaultScaling()
+	if s.Metric != spec.MetricRPS {
+		s.Metric = spec.MetricConcurrency
+	}
+	if s.Target <= 0 {
+		s.Target = spec.DefaultTarget(s.Metric)
+	}
+	if s.Utilization <= 0 || s.Utilization > 100 {
+		s.Utilization = def.Utilization
+	}
+	if s.Window <= 0 {
+		s.Window = def.Window
+	}
+	if s.PanicWindowPercentage <= 0 || s.PanicWindowPercentage > 100 {
+		s.PanicWindowPercentage = def.PanicWindowPercentage
+	}
+	if s.PanicThresholdPercentage <= 100 {
+		s.PanicThresholdPercentage = def.PanicThresholdPercentage
+	}
+	if s.MaxScaleUpRate <= 1 {
+		s.MaxScaleUpRate = def.MaxScaleUpRate
+	}
+	if s.MaxScaleDownRate <= 1 {
+		s.MaxScaleDownRate = def.MaxScaleDownRate
+	}
+	if s.ActivationScale < 1 {
+		s.ActivationScale = 1
+	}
+	s.Min, s.Max, s.Initial = max(s.Min, 0), max(s.Max, 0), max(s.Initial, 0)
+	if s.ScaleToZeroGrace < 0 {
+		s.ScaleToZeroGrace = 0
+	}
+	if s.ScaleDownDelay < 0 {
+		s.ScaleDownDelay = 0
+	}
+	return s
+}

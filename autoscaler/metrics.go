@@ -1,0 +1,104 @@
+package autoscaler
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// metricsCollector exports the published per-revision state as Prometheus
+// metrics, built at scrape time from what the loop already keeps. A GaugeVec
+// child per revision and gauge would cost hundreds of bytes each and blow the
+// memory budget of 10,000 idle revisions; const metrics cost nothing between
+// scrapes.
+type metricsCollector struct {
+	a *Autoscaler
+
+	desired, actual, count              *prometheus.Desc
+	stableConc, panicConc               *prometheus.Desc
+	stableRPS, panicRPS                 *prometheus.Desc
+	target, panicMode, ebc              *prometheus.Desc
+	scaleCalls, scaleFails, scrapeFails *prometheus.Desc
+	leader                              *prometheus.Desc
+}
+
+func newMetricsCollector(a *Autoscaler) *metricsCollector {
+	labels := []string{"service", "revision"}
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("nomad_serverless_autoscaler_"+name, help, labels, nil)
+	}
+	return &metricsCollector{
+		a:           a,
+		desired:     d("desired_instances", "Instances the autoscaler wants for the revision."),
+		actual:      d("actual_instances", "Ready instances of the revision."),
+		count:       d("nomad_count_instances", "The revision job's group count in Nomad."),
+		stableConc:  d("stable_concurrency", "Requests in flight over the stable window (revision total), for revisions scaled on concurrency."),
+		panicConc:   d("panic_concurrency", "Requests in flight over the panic window (revision total), for revisions scaled on concurrency."),
+		stableRPS:   d("stable_rps", "Requests per second over the stable window (revision total), for revisions scaled on RPS."),
+		panicRPS:    d("panic_rps", "Requests per second over the panic window (revision total), for revisions scaled on RPS."),
+		target:      d("target_per_instance", "Per-instance target (target x utilization)."),
+		panicMode:   d("panic_mode", "1 while the revision's decider is in panic mode."),
+		ebc:         d("excess_burst_capacity", "Spare capacity beyond the target burst capacity; negative keeps the activator in the path."),
+		scaleCalls:  d("scale_calls_total", "Scale calls made for the revision by this leader."),
+		scaleFails:  d("scale_failures_total", "Scale calls for the revision that failed."),
+		scrapeFails: d("scrape_failures_total", "Sidecar stats scrapes for the revision that failed (instance unknown for a tick)."),
+		leader:      prometheus.NewDesc("nomad_serverless_autoscaler_leader", "1 when this replica runs the autoscaler.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.desired, m.actual, m.count, m.stableConc, m.panicConc, m.stableRPS, m.panicRPS,
+		m.target, m.panicMode, m.ebc, m.scaleCalls, m.scaleFails, m.scrapeFails, m.leader} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
+	leading := 0.0
+	if m.a.Leading() {
+		leading = 1
+	}
+	ch <- prometheus.MustNewConstMetric(m.leader, prometheus.GaugeValue, leading)
+	pub := m.a.published.Load()
+	if pub == nil {
+		return
+	}
+	for _, sh := range *pub {
+		sh.mu.Lock()
+		d, decided := sh.dec, !sh.decided.IsZero()
+		svc, rev := sh.service, sh.revision
+		calls, fails, scrapes := sh.scaleCalls, sh.scaleFailures, sh.scrapeFailures
+		sh.mu.Unlock()
+		if !decided {
+			continue
+		}
+		g := func(desc *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, svc, rev)
+		}
+		c := func(desc *prometheus.Desc, v uint64) {
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), svc, rev)
+		}
+		g(m.desired, float64(d.Desired))
+		g(m.actual, float64(d.Ready))
+		g(m.count, float64(d.Count))
+		if d.Metric == spec.MetricRPS {
+			g(m.stableRPS, d.Stable)
+			g(m.panicRPS, d.Panic)
+		} else {
+			g(m.stableConc, d.Stable)
+			g(m.panicConc, d.Panic)
+		}
+		g(m.target, d.Target)
+		pm := 0.0
+		if d.PanicMode {
+			pm = 1
+		}
+		g(m.panicMode, pm)
+		g(m.ebc, d.ExcessBurstCapacity)
+		c(m.scaleCalls, calls)
+		c(m.scaleFails, fails)
+		c(m.scrapeFails, scrapes)
+	}
+}

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	svchcl "github.com/nomad-serverless/nomad-serverless/hcl"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// fakeCluster stands in for Nomad and Consul in deploy tests: revision jobs
+// by name, one record per service with a CAS index, and health that turns
+// passing after readyAfter polls.
+type fakeCluster struct {
+	mu         sync.Mutex
+	jobs       map[string]*nomadapi.Job
+	purged     []string
+	scaled     []string
+	record     map[string]consulroute.Record
+	recordIdx  map[string]uint64
+	index      uint64
+	publishes  int
+	registers  int
+	polls      int
+	readyAfter int
+	failAlloc  string // non-empty: allocations report this failure
+	// conflictOnce makes the next Register fail with ErrConflict after
+	// registering the same job, as a concurrent identical deploy would.
+	conflictOnce bool
+	casLossOnce  bool
+}
+
+func newFakeCluster() *fakeCluster {
+	return &fakeCluster{jobs: map[string]*nomadapi.Job{}, record: map[string]consulroute.Record{}, recordIdx: map[string]uint64{}, readyAfter: 2}
+}
+
+func (f *fakeCluster) Plan(_ context.Context, svc *spec.Service) (nomadjob.Plan, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var plan nomadjob.Plan
+	maxGen := 0
+	hash := svc.Template.Hash()
+	for name, job := range f.jobs {
+		info, err := nomadjob.RevisionFromJob(job)
+		if err != nil || info.Service != svc.Name {
+			continue
+		}
+		plan.Existing = append(plan.Existing, nomadjob.RevisionStatus{RevisionInfo: info, Desired: info.Count})
+		maxGen = max(maxGen, info.Generation)
+		if info.SpecHash == hash {
+			plan.Unchanged = true
+			plan.Revision = spec.NewRevision(svc, info.Generation)
+			plan.ScalingChanged = info.Scaling != svc.Scaling
+			_ = name
+		}
+	}
+	if !plan.Unchanged {
+		plan.Revision = spec.NewRevision(svc, maxGen+1)
+	}
+	return plan, nil
+}
+
+func (f *fakeCluster) Register(_ context.Context, job *nomadapi.Job, enforce uint64) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.registers++
+	if _, ok := f.jobs[*job.ID]; ok && enforce == 0 {
+		return "", &nomadjob.Error{Op: "register", Kind: nomadjob.ErrConflict}
+	}
+	f.jobs[*job.ID] = job
+	if f.conflictOnce {
+		f.conflictOnce = false
+		return "", &nomadjob.Error{Op: "register", Kind: nomadjob.ErrConflict}
+	}
+	return "eval", nil
+}
+
+func (f *fakeCluster) UpdateScaling(_ context.Context, rev string, s spec.Scaling) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scaled = append(f.scaled, rev+" scaling")
+	return nil
+}
+
+func (f *fakeCluster) Allocations(_ context.Context, rev string) ([]nomadjob.Allocation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failAlloc != "" {
+		return []nomadjob.Allocation{{ID: "0123456789", Revision: rev, ClientStatus: "failed", DesiredStatus: "run", Failure: f.failAlloc}}, nil
+	}
+	return []nomadjob.Allocation{{ID: "0123456789", Revision: rev, ClientStatus: "running", DesiredStatus: "run", Running: true}}, nil
+}
+
+func (f *fakeCluster) Revisions(_ context.Context, ns, svc string) ([]nomadjob.RevisionStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []nomadjob.RevisionStatus
+	for _, job := range f.jobs {
+		info, err := nomadjob.RevisionFromJob(job)
+		if err == nil && info.Service == svc {
+			// Old revisions have scaled to zero by the time they are collected.
+			out = append(out, nomadjob.RevisionStatus{RevisionInfo: info, Desired: info.Count})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeCluster) Scale(_ context.Context, rev string, n int, reason string, _ map[string]string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scaled = append(f.scaled, fmt.Sprintf("%s=%d (%s)", rev, n, reason))
+	return nil
+}
+
+func (f *fakeCluster) Purge(_ context.Context, rev string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.jobs, rev)
+	f.purged = append(f.purged, rev)
+	return nil
+}
+
+func (f *fakeCluster) ReadRecord(_ context.Context, ns, svc string) (consulroute.Record, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rec, ok := f.record[svc]
+	if !ok {
+		return consulroute.Record{}, 0, consulroute.ErrNotFound
+	}
+	return rec, f.recordIdx[svc], nil
+}
+
+func (f *fakeCluster) Publish(_ context.Context, rec consulroute.Record, cas uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.casLossOnce {
+		f.casLossOnce = false
+		f.index++ // a concurrent deploy of the same service wrote first
+		f.record[rec.Service.Name] = rec
+		f.recordIdx[rec.Service.Name] = f.index
+		return consulroute.ErrConflict
+	}
+	if f.recordIdx[rec.Service.Name] != cas {
+		return consulroute.ErrConflict
+	}
+	if _, err := consulroute.ConfigEntries(rec); err != nil {
+		return err
+	}
+	f.index++
+	f.record[rec.Service.Name] = rec
+	f.recordIdx[rec.Service.Name] = f.index
+	f.publishes++
+	return nil
+}
+
+func (f *fakeCluster) Health(_ context.Context, rev string) ([]consulroute.InstanceHealth, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.polls++
+	h := consulroute.InstanceHealth{Instance: consulroute.Instance{ID: "i1", Revision: rev}, Output: "app not ready: connection refused"}
+	h.Passing = f.polls > f.readyAfter && f.failAlloc == ""
+	return []consulroute.InstanceHealth{h}, nil
+}
+
+func (f *fakeCluster) Gateways(context.Context) ([]consulroute.Gateway, error) {
+	return []consulroute.Gateway{{Address: "127.0.0.1", Port: 8080, Domain: "localhost"}}, nil
+}
+
+const deployFile = `
+service "hello" {
+  task {
+    driver = "raw_exec"
+    config {
+      command = "/bin/app"
+    }
+    env = { V = "%s" }
+  }
+  %s
+}
+`
+
+func parseDeployFile(t *testing.T, version, extra string) []parsedService {
+	t.Helper()
+	f, diags := svchcl.Parse("hello.hcl", []byte(fmt.Sprintf(deployFile, version, extra)), svchcl.Options{})
+	if diags.HasErrors() {
+		t.Fatalf("parse: %v", diags)
+	}
+	return []parsedService{{file: f, index: 0}}
+}
+
+func newTestDeployer(f *fakeCluster, out *bytes.Buffer) *deployer {
+	return &deployer{
+		nomad: f, consul: f, out: out,
+		compile: nomadjob.Options{Sidecar: nomadjob.SidecarOptions{Command: "/usr/local/bin/nomad-serverless"}},
+		wait:    5 * time.Second, poll: time.Millisecond, now: time.Now, retain: consulroute.DefaultRetention(),
+	}
+}
+
+func runTestDeploy(t *testing.T, f *fakeCluster, services []parsedService) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	d := newTestDeployer(f, &out)
+	code := d.run(context.Background(), &env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}, services)
+	return code, out.String(), errb.String()
+}
+
+func TestDeployFirstRevisionRegistersWaitsAndRoutes(t *testing.T) {
+	f := newFakeCluster()
+	code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", ""))
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if _, ok := f.jobs["hello-00001"]; !ok {
+		t.Fatalf("hello-00001 not registered; jobs %v", f.jobs)
+	}
+	rec := f.record["hello"]
+	if rec.Latest != "hello-00001" {
+		t.Fatalf("latest = %q", rec.Latest)
+	}
+	for _, want := range []string{"hello-00001: registered", "ready (1/1", "route published (hello-00001 100%)", "http://hello.default.localhost/"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDeploySameFileTwiceMakesNoRevision(t *testing.T) {
+	f := newFakeCluster()
+	if code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", "")); code != exitOK {
+		t.Fatalf("first deploy: %d\n%s%s", code, out, errs)
+	}
+	regs := f.registers
+	code, out, _ := runTestDeploy(t, f, parseDeployFile(t, "1", ""))
+	if code != exitOK || f.registers != regs {
+		t.Fatalf("second deploy: exit %d, registers %d -> %d", code, regs, f.registers)
+	}
+	if !strings.Contains(out, "template unchanged") {
+		t.Errorf("output lacks 'template unchanged':\n%s", out)
+	}
+}
+
+func TestDeployChangedTemplateRoutesOnlyWhenReady(t *testing.T) {
+	f := newFakeCluster()
+	runTestDeploy(t, f, parseDeployFile(t, "1", ""))
+	f.polls = 0
+	f.failAlloc = "Driver Failure: exec format error"
+	code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "2", ""))
+	if code != exitError {
+		t.Fatalf("exit %d, want failure\n%s%s", code, out, errs)
+	}
+	if !strings.Contains(errs, "exec format error") || !strings.Contains(errs, "Traffic still goes where it went before") {
+		t.Errorf("error lacks the reason or the reassurance:\n%s", errs)
+	}
+	if got := f.record["hello"].Latest; got != "hello-00001" {
+		t.Errorf("latest moved to %q although hello-00002 never became ready", got)
+	}
+	if len(f.scaled) == 0 || !strings.HasPrefix(f.scaled[len(f.scaled)-1], "hello-00002=0") {
+		t.Errorf("the failed revision was not scaled to zero: %v", f.scaled)
+	}
+
+	f.failAlloc, f.polls = "", 0
+	code, out, errs = runTestDeploy(t, f, parseDeployFile(t, "3", ""))
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if got := f.record["hello"].Latest; got != "hello-00003" {
+		t.Errorf("latest = %q, want hello-00003", got)
+	}
+}
+
+func TestDeployUnknownTrafficRevisionChangesNothing(t *testing.T) {
+	f := newFakeCluster()
+	extra := `traffic {
+    revision = "hello-00007"
+    percent  = 100
+  }`
+	code, _, errs := runTestDeploy(t, f, parseDeployFile(t, "1", extra))
+	if code != exitError {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if f.registers != 0 || f.publishes != 0 {
+		t.Fatalf("a refused deploy wrote: %d registers, %d publishes", f.registers, f.publishes)
+	}
+	for _, want := range []string{"hello.hcl line 11", `revision "hello-00007" does not exist`, "Nothing was deployed."} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("diagnostics lack %q:\n%s", want, errs)
+		}
+	}
+}
+
+func TestDeployRetriesAConcurrentRegistrationAndALostCAS(t *testing.T) {
+	f := newFakeCluster()
+	f.conflictOnce = true
+	f.casLossOnce = true
+	code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", ""))
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if f.record["hello"].Latest != "hello-00001" {
+		t.Fatalf("record = %+v", f.record["hello"])
+	}
+}
+
+func TestDeployScalingOnlyChangeUpdatesInPlace(t *testing.T) {
+	f := newFakeCluster()
+	runTestDeploy(t, f, parseDeployFile(t, "1", ""))
+	code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", "scaling {\n max = 7\n}"))
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "scaling settings updated in place") || f.registers != 1 {
+		t.Fatalf("registers %d; output:\n%s", f.registers, out)
+	}
+}
+
+func TestCollectRevisionsDeletesOnlyOldUnroutedOnes(t *testing.T) {
+	f := newFakeCluster()
+	for v := 1; v <= 6; v++ {
+		f.polls = 0
+		if code, out, errs := runTestDeploy(t, f, parseDeployFile(t, fmt.Sprint(v), "")); code != exitOK {
+			t.Fatalf("deploy %d: %d\n%s%s", v, code, out, errs)
+		}
+	}
+	// Age every revision past the retention's minimum age.
+	for _, job := range f.jobs {
+		job.Meta[nomadjob.JobMetaCreated] = time.Now().Add(-100 * time.Hour).UTC().Format(time.RFC3339)
+	}
+	gone, err := collectRevisions(context.Background(), f, f, "default", "hello", consulroute.DefaultRetention(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, g := range gone {
+		names = append(names, g.Revision)
+	}
+	// Latest hello-00006 stays, and the 3 most recent unrouted (5, 4, 3).
+	if strings.Join(names, ",") != "hello-00002,hello-00001" && strings.Join(names, ",") != "hello-00001,hello-00002" {
+		t.Fatalf("deleted %v, want hello-00001 and hello-00002", names)
+	}
+	rec := f.record["hello"]
+	if len(rec.Deleting) != 0 || strings.Contains(strings.Join(rec.Revisions, ","), "hello-00001") {
+		t.Fatalf("record still names deleted revisions: %+v", rec)
+	}
+	if len(f.purged) != 2 {
+		t.Fatalf("purged %v", f.purged)
+	}
+}
+
+func TestTrafficChangeApply(t *testing.T) {
+	cur := []spec.TrafficTarget{{Revision: "hello-00001", Percent: 90, Tag: "stable"}, {Latest: true, Percent: 10}}
+	cases := []struct {
+		name   string
+		change trafficChange
+		want   string
+	}{
+		{"splits replace splits, tags stay", trafficChange{to: []spec.TrafficTarget{{Latest: true, Percent: 100}}},
+			"latest 100%; hello-00001 0% tag stable"},
+		{"tag moves", trafficChange{tags: map[string]string{"stable": "hello-00002"}},
+			"hello-00001 90%; latest 10%; hello-00002 0% tag stable"},
+		{"untag", trafficChange{untag: []string{"stable"}}, "hello-00001 90%; latest 10%"},
+		{"tag joins its split", trafficChange{tags: map[string]string{"new": "latest"}},
+			"hello-00001 90% tag stable; latest 10% tag new"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var parts []string
+			for _, tt := range c.change.apply(cur) {
+				name := tt.Revision
+				if tt.Latest {
+					name = "latest"
+				}
+				s := fmt.Sprintf("%s %d%%", name, tt.Percent)
+				if tt.Tag != "" {
+					s += " tag " + tt.Tag
+				}
+				parts = append(parts, s)
+			}
+			if got := strings.Join(parts, "; "); got != c.want {
+				t.Fatalf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+}

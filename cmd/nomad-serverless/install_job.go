@@ -1,0 +1,318 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// installOptions is everything `install` needs to render the control plane's
+// Nomad job and its ACL policies. validate reports every bad field at once.
+type installOptions struct {
+	JobName     string
+	Namespace   string // Nomad namespace the control-plane job runs in
+	Region      string
+	Datacenters []string
+	Replicas    int
+
+	Domain      string
+	GatewayPort int
+	AdminPort   int
+
+	// Exactly one way to get the binary onto the node: a Docker image
+	// (driver docker) or an artifact URL (driver exec).
+	Image    string
+	Artifact string
+
+	// NomadAuth is how serve reaches Nomad: "identity" (Nomad 1.7+: the task
+	// API socket with the task's workload identity), "variable" (NomadAddr
+	// plus a token kept in the job's Nomad Variable) or "none" (NomadAddr, no
+	// ACLs).
+	NomadAuth string
+	NomadAddr string
+	// ConsulAuth is "variable" (token kept in the job's Nomad Variable) or
+	// "none" (Consul without ACLs).
+	ConsulAuth string
+	ConsulAddr string
+
+	// ServiceNamespace is the Nomad namespace the revision jobs live in;
+	// the ACL policies grant access there ("*" for every namespace).
+	ServiceNamespace string
+
+	CPU      int
+	MemoryMB int
+}
+
+// Nomad and Consul authentication modes of the control-plane job.
+const (
+	installAuthIdentity = "identity"
+	installAuthVariable = "variable"
+	installAuthNone     = "none"
+)
+
+// Names shared by the job and the policies.
+const (
+	installGroup          = "control-plane"
+	installTask           = "serve"
+	installGatewayService = "nomad-serverless-gateway"
+	installPortGateway    = "gateway"
+	installPortAdmin      = "admin"
+	// Nomad lets every job read the variables under nomad/jobs/<job ID>
+	// without a policy, so the tokens live there.
+	installVarNomadToken  = "nomad_token"
+	installVarConsulToken = "consul_token"
+)
+
+// installDefaultImage is the image `install` uses when neither -image nor -artifact
+// is given: the Dockerfile at the repository root builds it.
+func installDefaultImage(version string) string {
+	tag := "latest"
+	if version != "" && version != "dev" {
+		tag = version
+	}
+	return "ghcr.io/nomad-serverless/nomad-serverless:" + tag
+}
+
+func installDefaults() installOptions {
+	return installOptions{
+		JobName:          "nomad-serverless",
+		Namespace:        "default",
+		Datacenters:      []string{"*"},
+		Replicas:         2,
+		Domain:           "example.com",
+		GatewayPort:      8080,
+		AdminPort:        8081,
+		NomadAuth:        installAuthIdentity,
+		ConsulAuth:       installAuthVariable,
+		ConsulAddr:       "127.0.0.1:8500",
+		ServiceNamespace: "default",
+		CPU:              500,
+		MemoryMB:         256,
+	}
+}
+
+var (
+	// Nomad job IDs and namespaces: printable, no spaces; we keep to the
+	// safe subset so the name also works as a Variable path segment.
+	installNameRE   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,127}$`)
+	installDomainRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
+
+func (o installOptions) validate() error {
+	var errs []error
+	if !installNameRE.MatchString(o.JobName) {
+		errs = append(errs, fmt.Errorf("-job %q: want letters, digits, '-' or '_'", o.JobName))
+	}
+	if !installNameRE.MatchString(o.Namespace) {
+		errs = append(errs, fmt.Errorf("-namespace %q: want a Nomad namespace name", o.Namespace))
+	}
+	if o.ServiceNamespace != "*" && !installNameRE.MatchString(o.ServiceNamespace) {
+		errs = append(errs, fmt.Errorf("-service-namespace %q: want a Nomad namespace name or \"*\"", o.ServiceNamespace))
+	}
+	if len(o.Datacenters) == 0 {
+		errs = append(errs, errors.New("-datacenters: want at least one datacenter (\"*\" for all)"))
+	}
+	if o.Replicas < 1 {
+		errs = append(errs, fmt.Errorf("-replicas %d: want 1 or more", o.Replicas))
+	}
+	if !installDomainRE.MatchString(o.Domain) {
+		errs = append(errs, fmt.Errorf("-domain %q: want a DNS name such as example.com", o.Domain))
+	}
+	for _, p := range []struct {
+		flag string
+		port int
+	}{{"-gateway-port", o.GatewayPort}, {"-admin-port", o.AdminPort}} {
+		if p.port < 1 || p.port > 65535 {
+			errs = append(errs, fmt.Errorf("%s %d: want a port from 1 to 65535", p.flag, p.port))
+		}
+	}
+	if o.GatewayPort == o.AdminPort {
+		errs = append(errs, fmt.Errorf("-gateway-port and -admin-port are both %d: they must differ", o.GatewayPort))
+	}
+	if o.Image != "" && o.Artifact != "" {
+		errs = append(errs, errors.New("-image and -artifact both given: choose one (docker image, or a binary for the exec driver)"))
+	}
+	switch o.NomadAuth {
+	case installAuthIdentity:
+		if o.NomadAddr != "" {
+			errs = append(errs, errors.New("-nomad-addr is only used with -nomad-auth variable or none: with identity serve talks to the task API socket"))
+		}
+	case installAuthVariable, installAuthNone:
+		if o.NomadAddr == "" {
+			errs = append(errs, fmt.Errorf("-nomad-auth %s needs -nomad-addr (for example http://${attr.unique.network.ip-address}:4646)", o.NomadAuth))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("-nomad-auth %q: want identity, variable or none", o.NomadAuth))
+	}
+	switch o.ConsulAuth {
+	case installAuthVariable, installAuthNone:
+	default:
+		errs = append(errs, fmt.Errorf("-consul-auth %q: want variable or none", o.ConsulAuth))
+	}
+	if o.ConsulAddr == "" {
+		errs = append(errs, errors.New("-consul-addr: want the Consul HTTP address serve uses, such as 127.0.0.1:8500"))
+	}
+	if o.CPU < 1 || o.MemoryMB < 16 {
+		errs = append(errs, fmt.Errorf("-cpu %d / -memory %d: want at least 1 MHz and 16 MiB", o.CPU, o.MemoryMB))
+	}
+	return errors.Join(errs...)
+}
+
+// variablePath is the Nomad Variable the job reads its tokens from.
+func (o installOptions) variablePath() string { return "nomad/jobs/" + o.JobName }
+
+// installJob builds the Nomad job that runs `serve` with o.Replicas
+// replicas spread over nodes, behind the Consul service
+// nomad-serverless-gateway whose check is the admin /healthz.
+func installJob(o installOptions, version string) *api.Job {
+	args := []string{
+		"serve",
+		// The gateway answers on every interface of the node (a load
+		// balancer or DNS round robin points at nodes:gateway-port); the
+		// admin API only on the address Consul checks.
+		"-listen", fmt.Sprintf(":${NOMAD_PORT_%s}", installPortGateway),
+		"-admin-listen", fmt.Sprintf("${NOMAD_IP_%[1]s}:${NOMAD_PORT_%[1]s}", installPortAdmin),
+		"-domain", o.Domain,
+		"-replica", "${NOMAD_ALLOC_ID}",
+	}
+
+	env := map[string]string{"CONSUL_HTTP_ADDR": o.ConsulAddr}
+	task := &api.Task{
+		Name: installTask,
+		Env:  env,
+		Resources: &api.Resources{
+			CPU:      new(o.CPU),
+			MemoryMB: new(o.MemoryMB),
+		},
+		// serve drains in-flight requests on SIGTERM; the delay lets Consul
+		// take the instance out of the gateway service first.
+		KillSignal:    "SIGTERM",
+		KillTimeout:   new(35 * time.Second),
+		ShutdownDelay: 5 * time.Second,
+	}
+	switch {
+	case o.Artifact != "":
+		task.Driver = "exec"
+		task.Artifacts = []*api.TaskArtifact{{
+			GetterSource: new(o.Artifact),
+			RelativeDest: new("local/"),
+		}}
+		task.Config = map[string]any{
+			"command": "local/nomad-serverless",
+			"args":    args,
+		}
+	default:
+		image := o.Image
+		if image == "" {
+			image = installDefaultImage(version)
+		}
+		task.Driver = "docker"
+		task.Config = map[string]any{
+			"image": image,
+			"args":  args,
+			// Host networking: serve reaches the node's Consul agent on
+			// 127.0.0.1 and sidecars on node addresses, like an exec task.
+			"network_mode": "host",
+		}
+	}
+
+	var secretsEnv []string
+	switch o.NomadAuth {
+	case installAuthIdentity:
+		env["NOMAD_ADDR"] = "unix://${NOMAD_SECRETS_DIR}/api.sock"
+		// The default workload identity, exposed as NOMAD_TOKEN; the
+		// control-plane policy is attached to this job with
+		// `nomad acl policy apply -job`.
+		task.Identity = &api.WorkloadIdentity{Env: true}
+	case installAuthVariable:
+		env["NOMAD_ADDR"] = o.NomadAddr
+		secretsEnv = append(secretsEnv, "NOMAD_TOKEN", installVarNomadToken)
+	case installAuthNone:
+		env["NOMAD_ADDR"] = o.NomadAddr
+	}
+	if o.ConsulAuth == installAuthVariable {
+		secretsEnv = append(secretsEnv, "CONSUL_HTTP_TOKEN", installVarConsulToken)
+	}
+	if len(secretsEnv) > 0 {
+		var b strings.Builder
+		// nomadVar blocks until the Variable exists, so a forgotten token
+		// shows as a pending template in the allocation's events instead of
+		// a control plane that fails every call.
+		fmt.Fprintf(&b, "{{ with nomadVar %q -}}\n", o.variablePath())
+		for i := 0; i < len(secretsEnv); i += 2 {
+			fmt.Fprintf(&b, "%s={{ .%s }}\n", secretsEnv[i], secretsEnv[i+1])
+		}
+		b.WriteString("{{- end }}\n")
+		task.Templates = []*api.Template{{
+			EmbeddedTmpl: new(b.String()),
+			DestPath:     new("secrets/tokens.env"),
+			Envvars:      new(true),
+			ChangeMode:   new("restart"),
+		}}
+	}
+
+	group := &api.TaskGroup{
+		Name:  new(installGroup),
+		Count: new(o.Replicas),
+		Spreads: []*api.Spread{{
+			Attribute: "${node.unique.id}",
+		}},
+		Networks: []*api.NetworkResource{{
+			ReservedPorts: []api.Port{
+				{Label: installPortGateway, Value: o.GatewayPort},
+				{Label: installPortAdmin, Value: o.AdminPort},
+			},
+		}},
+		Services: []*api.Service{{
+			Name:      installGatewayService,
+			PortLabel: installPortGateway,
+			Provider:  "consul",
+			Tags:      []string{"nomad-serverless", "gateway"},
+			Meta:      map[string]string{"domain": o.Domain},
+			Checks: []api.ServiceCheck{{
+				Name:      "serve healthz",
+				Type:      "http",
+				PortLabel: installPortAdmin,
+				Path:      "/healthz",
+				Interval:  5 * time.Second,
+				Timeout:   2 * time.Second,
+			}},
+		}},
+		// One replica at a time, healthy by its Consul check, rolled back
+		// if a new version never passes.
+		Update: &api.UpdateStrategy{
+			MaxParallel:     new(1),
+			HealthCheck:     new("checks"),
+			MinHealthyTime:  new(10 * time.Second),
+			HealthyDeadline: new(3 * time.Minute),
+			AutoRevert:      new(true),
+		},
+		Tasks: []*api.Task{task},
+	}
+
+	job := &api.Job{
+		ID:          new(o.JobName),
+		Name:        new(o.JobName),
+		Namespace:   new(o.Namespace),
+		Type:        new("service"),
+		Datacenters: o.Datacenters,
+		Constraints: []*api.Constraint{{
+			LTarget: "${attr.kernel.name}",
+			RTarget: "linux",
+			Operand: "=",
+		}},
+		Meta: map[string]string{
+			"nomad-serverless.version": version,
+			"nomad-serverless.domain":  o.Domain,
+		},
+		TaskGroups: []*api.TaskGroup{group},
+	}
+	if o.Region != "" {
+		job.Region = new(o.Region)
+	}
+	return job
+}

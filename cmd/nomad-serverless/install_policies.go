@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// installPolicy is one ACL policy `install` renders: the least the control plane
+// or a `deploy` user needs, as the HCL rules text Nomad and Consul accept.
+type installPolicy struct {
+	System      string // "nomad" or "consul"
+	Name        string // name to create it under
+	File        string // file name when written with -out
+	Description string
+	Rules       string
+}
+
+// installPolicies returns the four policies, in a fixed order:
+//
+//   - Nomad, control plane: list and read revision jobs and their
+//     allocations (event stream topics Job and Allocation need read-job),
+//     read scaling status and set counts, in every namespace (serve streams
+//     events with namespace=*). It never registers or stops a job.
+//   - the deploy policies are for one namespace, -service-namespace.
+//   - Nomad, deploy users: everything `deploy`, `traffic`, `revisions`,
+//     `status`, `list` and `delete` do: submit-job covers register,
+//     deregister and purge.
+//   - Consul, control plane: register its own service and the stand-in
+//     instances of revisions at zero (in revisions' services, so a prefix),
+//     read health on every node, read applied services and hold the leader
+//     lock under nomad-serverless/, create the lock's session.
+//   - Consul, deploy users: write the route's config entries (named after
+//     the service and its revisions: service write), the KV copy of the
+//     service, and read health while waiting for instances.
+func installPolicies(o installOptions) []installPolicy {
+	ns := o.ServiceNamespace
+	return []installPolicy{
+		{
+			System:      "nomad",
+			Name:        "nomad-serverless-control-plane",
+			File:        "nomad-control-plane.policy.hcl",
+			Description: "nomad-serverless serve: watch revision jobs and set their counts",
+			Rules: installComment(
+				"nomad-serverless control plane (serve). Attach it to the install job's workload",
+				"identity (nomad acl policy apply -namespace "+o.Namespace+" -job "+o.JobName+" ...) or to a token.",
+			) + installNomadNamespaceRule("*", []string{"list-jobs", "read-job", "read-job-scaling", "scale-job"},
+				"Revision jobs in every namespace: list, read (also the Job and Allocation event",
+				"topics), read their scaling status and events, and set their counts. serve",
+				"follows all namespaces with one event stream (namespace=*), which Nomad allows",
+				"only to a policy whose namespace rule is \"*\".",
+			),
+		},
+		{
+			System:      "nomad",
+			Name:        "nomad-serverless-deploy",
+			File:        "nomad-deploy.policy.hcl",
+			Description: "nomad-serverless deploy, traffic, status, delete",
+			Rules: installComment(
+				"Users of nomad-serverless deploy, traffic, revisions, status, list and delete.",
+			) + installNomadNamespaceRule(ns, []string{"list-jobs", "read-job", "read-job-scaling", "submit-job"},
+				"submit-job registers revision jobs and deregisters and purges them on delete;",
+				"read-job also reads their allocations while deploy waits for instances.",
+			),
+		},
+		{
+			System:      "consul",
+			Name:        "nomad-serverless-control-plane",
+			File:        "consul-control-plane.policy.hcl",
+			Description: "nomad-serverless serve: instances, routes, activator registrations, leader lock",
+			Rules: installComment(
+				"nomad-serverless control plane (serve).",
+			) + installConsulRule("service_prefix", "", "write",
+				"Reads every revision's instances and route config entries; registers",
+				spec.ActivatorServiceName+" and, while a revision is at zero, one stand-in",
+				"instance in that revision's service (named <service>-<generation>, so a prefix).",
+			) + installConsulRule("node_prefix", "", "read",
+				"Health queries list instances on every node.",
+			) + installConsulRule("key_prefix", "nomad-serverless/", "write",
+				"Applied services (read) and the leader lock (write).",
+			) + installConsulRule("session_prefix", "", "write",
+				"The leader lock's session, created on the node of the replica's Consul agent.",
+			),
+		},
+		{
+			System:      "consul",
+			Name:        "nomad-serverless-deploy",
+			File:        "consul-deploy.policy.hcl",
+			Description: "nomad-serverless deploy, traffic, status, delete",
+			Rules: installComment(
+				"Users of nomad-serverless deploy, traffic, revisions, status, list and delete.",
+			) + installConsulRule("service_prefix", "", "write",
+				"service-defaults, service-splitter, service-router and service-resolver",
+				"entries are named after the service and its revisions.",
+			) + installConsulRule("node_prefix", "", "read",
+				"deploy reads instances' health while it waits for them.",
+			) + installConsulRule("key_prefix", "nomad-serverless/services/", "write",
+				"The last applied copy of each service.",
+			),
+		},
+	}
+}
+
+func installComment(comment ...string) string {
+	var b strings.Builder
+	for _, c := range comment {
+		b.WriteString("# " + c + "\n")
+	}
+	return b.String()
+}
+
+func installNomadNamespaceRule(ns string, caps []string, comment ...string) string {
+	var b strings.Builder
+	b.WriteString("\n")
+	b.WriteString(installComment(comment...))
+	fmt.Fprintf(&b, "namespace %q {\n", ns)
+	quoted := make([]string, len(caps))
+	for i, c := range caps {
+		quoted[i] = fmt.Sprintf("%q", c)
+	}
+	fmt.Fprintf(&b, "  capabilities = [%s]\n}\n", strings.Join(quoted, ", "))
+	return b.String()
+}
+
+func installConsulRule(kind, prefix, policy string, comment ...string) string {
+	return fmt.Sprintf("\n%s%s %q {\n  policy = %q\n}\n", installComment(comment...), kind, prefix, policy)
+}

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+)
+
+// The feeders keep the control plane's catalog in step with Nomad and
+// Consul. The catalog is only a cache: a restarted `serve` rebuilds it from a
+// listing, then follows changes.
+
+// nomadSource is what the Nomad feeder needs (nomadjob.Client).
+type nomadSource interface {
+	AllRevisions(ctx context.Context) ([]nomadjob.RevisionStatus, uint64, error)
+	Allocations(ctx context.Context, revision string) ([]nomadjob.Allocation, error)
+	WatchEvents(ctx context.Context, since uint64, fn func(nomadjob.Event)) error
+}
+
+// catalogRevision converts what Nomad says of a revision job.
+func catalogRevision(r nomadjob.RevisionInfo) catalog.Revision {
+	return catalog.Revision{
+		Name: r.Name, Service: r.Service, Namespace: r.Namespace, Generation: r.Generation,
+		Concurrency: r.Concurrency, Timeout: r.Timeout, Scaling: r.Scaling, Desired: r.Count,
+	}
+}
+
+// feedNomad lists every revision and its allocations, then follows Nomad's
+// event stream from the listing's index, so nothing between the two is
+// missed. It retries the listing until it succeeds or ctx ends.
+func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, log *slog.Logger) error {
+	var since uint64
+	for attempt := 0; ; attempt++ {
+		revs, idx, err := src.AllRevisions(ctx)
+		if err == nil {
+			for _, r := range revs {
+				if r.Stopped {
+					cat.DeleteRevision(r.Name)
+					continue
+				}
+				cat.SetRevision(catalogRevision(r.RevisionInfo))
+				allocs, aerr := src.Allocations(ctx, r.Name)
+				if aerr != nil {
+					log.Warn("list allocations", "revision", r.Name, "err", aerr)
+					continue
+				}
+				for _, a := range allocs {
+					if a.Stopped() {
+						continue
+					}
+					cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
+						Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running})
+				}
+			}
+			since = idx
+			break
+		}
+		log.Warn("list revisions from Nomad; retrying", "err", err)
+		if !sleepCtx(ctx, backoffStep(attempt)) {
+			return ctx.Err()
+		}
+	}
+	return src.WatchEvents(ctx, since, func(ev nomadjob.Event) { applyNomadEvent(cat, ev) })
+}
+
+// applyNomadEvent folds one Nomad event into the catalog.
+func applyNomadEvent(cat *catalog.Catalog, ev nomadjob.Event) {
+	switch ev.Kind {
+	case nomadjob.EventRevisionRegistered, nomadjob.EventRevisionUpdated:
+		if ev.Revision.Stopped {
+			cat.DeleteRevision(ev.Revision.Name)
+			return
+		}
+		cat.SetRevision(catalogRevision(ev.Revision))
+	case nomadjob.EventRevisionDeregistered:
+		cat.DeleteRevision(ev.Revision.Name)
+	case nomadjob.EventAllocationUpdated:
+		a := ev.Allocation
+		switch {
+		case a.Stopped && allocTerminal(a.ClientStatus):
+			cat.DeleteAllocation(a.ID)
+		case a.Stopped:
+			// Told to stop but still running: stop routing to it now,
+			// before Consul's deregistration lands.
+			cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
+				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: false})
+		default:
+			cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
+				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running})
+		}
+	}
+}
+
+func allocTerminal(clientStatus string) bool {
+	return clientStatus == "complete" || clientStatus == "failed" || clientStatus == "lost"
+}
+
+// consulSource is what the Consul feeders need (consulroute.Client).
+type consulSource interface {
+	WatchRecords(ctx context.Context, fn func([]consulroute.Record)) error
+	WatchReady(ctx context.Context, revision string, fn func([]consulroute.Instance)) error
+}
+
+// feedRecords keeps the catalog's services (routes and domains) equal to the
+// records in Consul KV.
+func feedRecords(ctx context.Context, src consulSource, cat *catalog.Catalog, log *slog.Logger) error {
+	return src.WatchRecords(ctx, func(recs []consulroute.Record) {
+		seen := map[string]bool{}
+		for _, rec := range recs {
+			route, err := rec.Route()
+			if err != nil {
+				log.Warn("skip a service whose route is invalid", "service", rec.Service.Name, "err", err)
+				continue
+			}
+			seen[rec.Service.Name] = true
+			cat.SetService(catalog.Service{Name: rec.Service.Name, Namespace: rec.Namespace(), Domains: rec.Service.Domains, Route: route})
+		}
+		for _, s := range cat.Services() {
+			if !seen[s.Name] {
+				cat.DeleteService(s.Name)
+			}
+		}
+	})
+}
+
+// readyWatchers runs one Consul blocking query per revision in the catalog,
+// started when a revision appears and stopped when it goes.
+type readyWatchers struct {
+	src consulSource
+	cat *catalog.Catalog
+	log *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func (w *readyWatchers) run(ctx context.Context) {
+	w.running = map[string]context.CancelFunc{}
+	defer func() {
+		w.mu.Lock()
+		for _, cancel := range w.running {
+			cancel()
+		}
+		w.mu.Unlock()
+		w.wg.Wait()
+	}()
+	for {
+		changed := w.cat.Changed()
+		w.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+func (w *readyWatchers) sync(ctx context.Context) {
+	want := map[string]bool{}
+	for _, r := range w.cat.Revisions() {
+		want[r.Name] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for rev, cancel := range w.running {
+		if !want[rev] {
+			cancel()
+			delete(w.running, rev)
+		}
+	}
+	for rev := range want {
+		if _, ok := w.running[rev]; ok {
+			continue
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		w.running[rev] = cancel
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			err := w.src.WatchReady(rctx, rev, func(in []consulroute.Instance) { w.cat.SetReady(rev, in) })
+			if err != nil && rctx.Err() == nil {
+				w.log.Warn("watch ready instances", "revision", rev, "err", err)
+			}
+		}()
+	}
+}
+
+// standInSource is what the stand-in keeper needs (consulroute.Client).
+type standInSource interface {
+	RegisterStandIn(ctx context.Context, revision, service string, addr string, port int) error
+	DeregisterStandIn(ctx context.Context, revision string) error
+}
+
+// keepStandIns registers this replica as a stand-in instance of every
+// revision that has no ready instance (Knative's SKS proxy mode), so
+// catalog-driven proxies (Traefik, Fabio, Consul DNS) send its first request
+// here, and removes the stand-in once real instances pass.
+func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, addr string, port int, log *slog.Logger) {
+	registered := map[string]bool{}
+	defer func() {
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for rev := range registered {
+			_ = src.DeregisterStandIn(cleanup, rev)
+		}
+	}()
+	for {
+		changed := cat.Changed()
+		want := map[string]string{}
+		for _, r := range cat.Revisions() {
+			if len(cat.Ready(r.Name)) == 0 {
+				want[r.Name] = r.Service
+			}
+		}
+		for rev, svc := range want {
+			if registered[rev] {
+				continue
+			}
+			if err := src.RegisterStandIn(ctx, rev, svc, addr, port); err != nil {
+				log.Warn("register activator stand-in", "revision", rev, "err", err)
+				continue
+			}
+			registered[rev] = true
+		}
+		for rev := range registered {
+			if _, ok := want[rev]; ok {
+				continue
+			}
+			if err := src.DeregisterStandIn(ctx, rev); err != nil {
+				log.Warn("deregister activator stand-in", "revision", rev, "err", err)
+				continue
+			}
+			delete(registered, rev)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-time.After(10 * time.Second): // retry failed registrations
+		}
+	}
+}
+
+func backoffStep(attempt int) time.Duration {
+	d := 500 * time.Millisecond << min(attempt, 6)
+	return min(d, 30*time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

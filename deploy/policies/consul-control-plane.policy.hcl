@@ -1,0 +1,23 @@
+# nomad-serverless control plane (serve).
+
+# Reads every revision's instances and route config entries; registers
+# nomad-serverless-activator and, while a revision is at zero, one stand-in
+# instance in that revision's service (named <service>-<generation>, so a prefix).
+service_prefix "" {
+  policy = "write"
+}
+
+# Health queries list instances on every node.
+node_prefix "" {
+  policy = "read"
+}
+
+# Applied services (read) and the leader lock (write).
+key_prefix "nomad-serverless/" {
+  policy = "write"
+}
+
+# The leader lock's session, created on the node of the replica's Consul agent.
+session_prefix "" {
+  policy = "write"
+}

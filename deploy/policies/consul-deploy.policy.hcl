@@ -1,0 +1,17 @@
+# Users of nomad-serverless deploy, traffic, revisions, status, list and delete.
+
+# service-defaults, service-splitter, service-router and service-resolver
+# entries are named after the service and its revisions.
+service_prefix "" {
+  policy = "write"
+}
+
+# deploy reads instances' health while it waits for them.
+node_prefix "" {
+  policy = "read"
+}
+
+# The last applied copy of each service.
+key_prefix "nomad-serverless/services/" {
+  policy = "write"
+}

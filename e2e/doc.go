@@ -1,0 +1,25 @@
+// Package e2e runs nomad-serverless end to end against real Nomad and Consul
+// agents: the binary under test deploys services whose instances are real
+// Nomad allocations (raw_exec: the binary's own test app behind its own
+// sidecar), `serve` routes and scales them, and every scenario asserts what
+// Nomad and Consul report (job counts, scaling events, allocations, health
+// checks, config entries, the compiled discovery chain, KV), not only HTTP
+// status codes.
+//
+// Where the agents come from (see Decide):
+//   - NOMAD_ADDR and CONSUL_HTTP_ADDR set: those running agents;
+//   - else `nomad` and `consul` on PATH: the suite starts a Consul dev agent
+//     and a Nomad dev agent (loopback only, free ports, data in a temporary
+//     directory, raw_exec enabled, Nomad registering in that Consul) and
+//     stops both at the end;
+//   - else it prints one line saying what it skipped and why. Plain
+//     `go test ./e2e/` then passes (only the unit tests of this package's
+//     helpers run); with `-args -require` (what `make e2e` passes) it fails,
+//     so a skip is never mistaken for a pass.
+//
+// Run: make e2e   (or: go test -count=1 -v -timeout 30m ./e2e/ -args -require)
+//
+// The files without _test hold pure helpers (the skip decision, the agent
+// configurations, the timing table, the cold-start split, the load client,
+// the service files) with unit tests that need no agents.
+package e2e

@@ -1,0 +1,399 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+	nomad "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
+	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// harness is one scenario's view of the cluster: API clients for asserting
+// what Nomad and Consul report, and the binary under test to drive it.
+type harness struct {
+	t      *testing.T
+	s      *Suite
+	nomad  *nomad.Client
+	consul *consul.Client
+	bin    string
+	dir    string
+	// env is added to the binary's environment (tokens in the ACL test).
+	env map[string]string
+	// scenario names the rows this scenario adds to the timing table.
+	scenario string
+}
+
+// newHarness returns the harness for a scenario, with clients from
+// NOMAD_ADDR/CONSUL_HTTP_ADDR (TestMain set them for agents it started).
+func newHarness(t *testing.T, scenario string) *harness {
+	t.Helper()
+	if suite == nil {
+		t.Fatal("e2e: no agents: TestMain did not set up the suite")
+	}
+	if suite.Agents != nil {
+		if err := suite.Agents.Alive(); err != nil {
+			t.Fatalf("e2e: %v", err)
+		}
+	}
+	nc, err := nomad.NewClient(nomad.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := consul.NewClient(consul.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, s: suite, nomad: nc, consul: cc, bin: testbin.Path(t), dir: t.TempDir(), env: map[string]string{}, scenario: scenario}
+}
+
+// timing records one value in the run's timing table.
+func (h *harness) timing(measure string, d time.Duration) {
+	h.t.Logf("timing: %s: %s", measure, FormatDuration(d))
+	h.s.Timings.Add(h.scenario, measure, d)
+}
+
+// cli runs the binary under test and returns its output and exit code.
+func (h *harness) cli(args ...string) (stdout, stderr string, code int) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, h.bin, args...)
+	cmd.Env = os.Environ()
+	for k, v := range h.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		h.t.Fatalf("run %s %s: %v", h.bin, strings.Join(args, " "), err)
+	}
+	code = cmd.ProcessState.ExitCode()
+	h.t.Logf("$ nomad-serverless %s  -> exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+	return out.String(), errb.String(), code
+}
+
+// mustCLI runs the binary and fails the test unless it exits 0.
+func (h *harness) mustCLI(args ...string) string {
+	h.t.Helper()
+	out, errOut, code := h.cli(args...)
+	if code != 0 {
+		h.t.Fatalf("nomad-serverless %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// deploy deploys a file with the binary under test as the sidecar (raw_exec
+// on the local node) and returns deploy's output.
+func (h *harness) deploy(file string) string {
+	h.t.Helper()
+	return h.mustCLI("deploy", "-sidecar-command", h.bin, "-wait", "3m", file)
+}
+
+// writeServices writes a service file into the scenario's directory.
+func (h *harness) writeServices(name string, services ...Service) string {
+	h.t.Helper()
+	for i := range services {
+		if services[i].Binary == "" {
+			services[i].Binary = h.bin
+		}
+	}
+	path, err := WriteServiceFile(h.dir, name, services...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return path
+}
+
+// cleanupService removes a service when the scenario ends, whatever
+// happened: `delete`, then a purge of any job left with the service's
+// revision prefix, then a bounded wait for its allocations to stop, so the
+// next scenario has the node to itself.
+func (h *harness) cleanupService(name string) {
+	h.t.Cleanup(func() {
+		h.cli("delete", name)
+		jobs, _, err := h.nomad.Jobs().PrefixList(name + "-")
+		if err != nil {
+			h.t.Logf("cleanup %s: list jobs: %v", name, err)
+			return
+		}
+		for _, j := range jobs {
+			if j.Meta[spec.JobMetaService] != "" && j.Meta[spec.JobMetaService] != name {
+				continue
+			}
+			h.t.Logf("cleanup %s: purging leftover job %s", name, j.ID)
+			h.nomad.Jobs().Deregister(j.ID, true, nil)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			allocs, _, err := h.nomad.Allocations().List(&nomad.QueryOptions{Prefix: ""})
+			if err != nil {
+				return
+			}
+			live := 0
+			for _, a := range allocs {
+				if strings.HasPrefix(a.JobID, name+"-") && (a.ClientStatus == nomad.AllocClientStatusRunning || a.ClientStatus == nomad.AllocClientStatusPending) {
+					live++
+				}
+			}
+			if live == 0 {
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		h.t.Logf("cleanup %s: allocations still running after 60s", name)
+	})
+}
+
+// gateway is one `serve` process.
+type gateway struct {
+	proc          *testbin.Proc
+	listen, admin string
+}
+
+// startServe runs `serve` on the given addresses ("" picks free ports) and
+// waits for its admin /healthz. testbin stops it (SIGTERM) at the end of
+// the test.
+func (h *harness) startServe(replica, listen, admin string) *gateway {
+	h.t.Helper()
+	if listen == "" {
+		listen = "127.0.0.1:" + strconv.Itoa(testbin.FreePort(h.t))
+	}
+	if admin == "" {
+		admin = "127.0.0.1:" + strconv.Itoa(testbin.FreePort(h.t))
+	}
+	p := testbin.Start(h.t, h.bin, []string{"serve", "-listen", listen, "-admin-listen", admin, "-domain", "localhost", "-replica", replica}, h.env)
+	g := &gateway{proc: p, listen: listen, admin: admin}
+	client := NewClient(4)
+	eventually(h.t, 30*time.Second, "serve "+replica+" answers /healthz on "+admin, func() (bool, string) {
+		select {
+		case <-p.Done():
+			h.t.Fatalf("serve exited:\n%s", p.Output())
+		default:
+		}
+		resp, err := client.Get(g.adminURL() + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	return g
+}
+
+func (g *gateway) url() string      { return "http://" + g.listen }
+func (g *gateway) adminURL() string { return "http://" + g.admin }
+
+// stop stops serve (SIGTERM, bounded by testbin) and returns when it exited.
+func (g *gateway) stop(t *testing.T) { g.proc.Stop(t) }
+
+// host is the gateway Host of a service (tag "" for the service itself).
+func host(service, tag string) string {
+	if tag != "" {
+		return tag + "-" + service + ".default.localhost"
+	}
+	return service + ".default.localhost"
+}
+
+// request is a GET of path on the gateway for a service.
+func (g *gateway) request(service, tag, path string, client *http.Client) Request {
+	return Request{Client: client, URL: g.url() + path, Host: host(service, tag), Timeout: 60 * time.Second}
+}
+
+// eventually polls f every 250ms until it reports done, failing the test
+// with f's last word after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for {
+		done, state := f()
+		if done {
+			return time.Since(start)
+		}
+		last = state
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: not within %s; last seen: %s", what, timeout, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// revision is a service's revision name for a generation.
+func revision(service string, gen int) string { return fmt.Sprintf("%s-%05d", service, gen) }
+
+// groupCount is the job's app group count in Nomad.
+func (h *harness) groupCount(job string) (int, error) {
+	j, _, err := h.nomad.Jobs().Info(job, nil)
+	if err != nil {
+		return 0, err
+	}
+	for _, g := range j.TaskGroups {
+		if g.Name != nil && *g.Name == spec.GroupName && g.Count != nil {
+			return *g.Count, nil
+		}
+	}
+	return 0, fmt.Errorf("job %s has no group %q", job, spec.GroupName)
+}
+
+// scalingEvents are the app group's scaling events (`nomad job
+// scaling-events`), newest first.
+func (h *harness) scalingEvents(job string) []nomad.ScalingEvent {
+	h.t.Helper()
+	st, _, err := h.nomad.Jobs().ScaleStatus(job, nil)
+	if err != nil {
+		h.t.Fatalf("scale status of %s: %v", job, err)
+	}
+	g, ok := st.TaskGroups[spec.GroupName]
+	if !ok {
+		h.t.Fatalf("scale status of %s has no group %q", job, spec.GroupName)
+	}
+	return g.Events
+}
+
+// liveAllocs are the job's allocations Nomad wants running and that run.
+func (h *harness) liveAllocs(job string) []*nomad.AllocationListStub {
+	h.t.Helper()
+	allocs, _, err := h.nomad.Jobs().Allocations(job, false, nil)
+	if err != nil {
+		h.t.Fatalf("allocations of %s: %v", job, err)
+	}
+	var out []*nomad.AllocationListStub
+	for _, a := range allocs {
+		if a.DesiredStatus == nomad.AllocDesiredStatusRun && a.ClientStatus == nomad.AllocClientStatusRunning {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// passing are the revision's instances Consul reports passing, without the
+// activator's stand-in.
+func (h *harness) passing(rev string) []*consul.ServiceEntry {
+	h.t.Helper()
+	entries, _, err := h.consul.Health().Service(rev, "", true, nil)
+	if err != nil {
+		h.t.Fatalf("health of %s: %v", rev, err)
+	}
+	var out []*consul.ServiceEntry
+	for _, e := range entries {
+		if !slices.Contains(e.Service.Tags, spec.TagActivator) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// appAddr is where an allocation's user app listens (its "app" port).
+func (h *harness) appAddr(allocID string) string {
+	h.t.Helper()
+	a, _, err := h.nomad.Allocations().Info(allocID, nil)
+	if err != nil {
+		h.t.Fatalf("allocation %s: %v", allocID, err)
+	}
+	if r := a.AllocatedResources; r != nil {
+		for _, p := range r.Shared.Ports {
+			if p.Label == spec.PortApp {
+				ip := p.HostIP
+				if ip == "" {
+					ip = "127.0.0.1"
+				}
+				return fmt.Sprintf("%s:%d", ip, p.Value)
+			}
+		}
+		for _, n := range r.Shared.Networks {
+			for _, p := range n.DynamicPorts {
+				if p.Label == spec.PortApp {
+					return fmt.Sprintf("%s:%d", n.IP, p.Value)
+				}
+			}
+		}
+	}
+	h.t.Fatalf("allocation %s has no %q port", allocID, spec.PortApp)
+	return ""
+}
+
+// appStats reads the test app's own counters, directly from the app.
+func (h *harness) appStats(allocID string) testapp.Stats {
+	h.t.Helper()
+	resp, err := NewClient(1).Get("http://" + h.appAddr(allocID) + "/stats")
+	if err != nil {
+		h.t.Fatalf("stats of the app in %s: %v", allocID, err)
+	}
+	defer resp.Body.Close()
+	var st testapp.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		h.t.Fatalf("stats of the app in %s: %v", allocID, err)
+	}
+	return st
+}
+
+// waitZero waits until Nomad has the revision at count 0 with nothing
+// running and Consul lists no passing instance.
+func (h *harness) waitZero(rev string, timeout time.Duration) time.Duration {
+	h.t.Helper()
+	return eventually(h.t, timeout, rev+" scaled to zero", func() (bool, string) {
+		n, err := h.groupCount(rev)
+		if err != nil {
+			return false, err.Error()
+		}
+		live, pass := len(h.liveAllocs(rev)), len(h.passing(rev))
+		return n == 0 && live == 0 && pass == 0, fmt.Sprintf("count %d, %d running allocations, %d passing in Consul", n, live, pass)
+	})
+}
+
+// configEntry reads a config entry; nil when Consul has none.
+func (h *harness) configEntry(kind, name string) consul.ConfigEntry {
+	h.t.Helper()
+	e, _, err := h.consul.ConfigEntries().Get(kind, name, nil)
+	if err != nil {
+		var se consul.StatusError
+		if errors.As(err, &se) && se.Code == http.StatusNotFound || strings.Contains(err.Error(), "404") {
+			return nil
+		}
+		h.t.Fatalf("config entry %s/%s: %v", kind, name, err)
+	}
+	return e
+}
+
+// splits reads the service-splitter of a service as revision -> percent.
+func (h *harness) splits(service string) map[string]float32 {
+	h.t.Helper()
+	out := map[string]float32{}
+	e, ok := h.configEntry(consul.ServiceSplitter, service).(*consul.ServiceSplitterConfigEntry)
+	if !ok || e == nil {
+		return out
+	}
+	for _, s := range e.Splits {
+		out[s.Service] += s.Weight
+	}
+	return out
+}
+
+// getBody GETs a URL and returns status and body.
+func getBody(client *http.Client, url string) (int, string, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(b), err
+}

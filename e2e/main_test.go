@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+	nomad "github.com/hashicorp/nomad/api"
+)
+
+var (
+	requireAgents = flag.Bool("require", false, "fail instead of skipping when no Nomad and Consul are available (make e2e passes it)")
+	keepData      = flag.Bool("keep", false, "keep the agents' data and logs even when every test passes")
+)
+
+// suite is what TestMain set up for the scenarios (nil when they do not run).
+// It is the package's one piece of shared state: TestMain is the only place
+// that can own agents living across tests.
+var suite *Suite
+
+// Suite is the agents the scenarios run against.
+type Suite struct {
+	Plan Plan
+	// NomadAddr and ConsulAddr as NOMAD_ADDR and CONSUL_HTTP_ADDR want them.
+	NomadAddr, ConsulAddr string
+	// Agents is nil when the suite uses running agents.
+	Agents  *Agents
+	Timings *Timings
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	plan := Decide(os.Getenv, exec.LookPath)
+	switch plan.Mode {
+	case Skip, Misconfigured:
+		// The helpers' unit tests still run; the scenarios do not, and the
+		// one line below says so.
+		if err := flag.Set("test.skip", "^TestE2E"); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: cannot skip the scenarios:", err)
+			return 1
+		}
+		code := m.Run()
+		fmt.Println(plan.SkipLine())
+		if code == 0 && (plan.Mode == Misconfigured || *requireAgents) {
+			code = 1
+		}
+		return code
+	}
+
+	s := &Suite{Plan: plan, Timings: &Timings{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var dir string
+	switch plan.Mode {
+	case UseRunning:
+		s.NomadAddr, s.ConsulAddr = plan.NomadAddr, plan.ConsulAddr
+		if err := reachable(ctx); err != nil {
+			fmt.Printf("e2e: FAILED: NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s: %v\n", s.NomadAddr, s.ConsulAddr, err)
+			return 1
+		}
+		fmt.Printf("e2e: using running agents: NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n", s.NomadAddr, s.ConsulAddr)
+	case StartAgents:
+		var err error
+		if dir, err = os.MkdirTemp("", "nomad-serverless-e2e-"); err != nil {
+			fmt.Println("e2e: FAILED:", err)
+			return 1
+		}
+		// The scenarios' own clients and subprocesses get addresses (and
+		// no stray token or namespace) from the suite alone.
+		for _, kv := range os.Environ() {
+			if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "NOMAD_") || strings.HasPrefix(k, "CONSUL_") {
+				os.Unsetenv(k)
+			}
+		}
+		fmt.Printf("e2e: starting Consul (%s) and Nomad (%s) dev agents in %s\n", plan.ConsulBin, plan.NomadBin, dir)
+		start := time.Now()
+		s.Agents, err = StartDevAgents(ctx, StartOptions{NomadBin: plan.NomadBin, ConsulBin: plan.ConsulBin, Dir: dir, ReadyTimeout: 2 * time.Minute})
+		if err != nil {
+			fmt.Println("e2e: FAILED: start agents:", err)
+			fmt.Println("e2e: agent logs kept in", dir)
+			return 1
+		}
+		s.NomadAddr, s.ConsulAddr = s.Agents.NomadAddr, s.Agents.ConsulAddr
+		// From here on the suite is like a user with running agents: API
+		// clients (DefaultConfig) and the binary's subprocesses read these.
+		os.Setenv("NOMAD_ADDR", s.NomadAddr)
+		os.Setenv("CONSUL_HTTP_ADDR", s.ConsulAddr)
+		s.Timings.Add("0 setup", "start Consul and Nomad dev agents", time.Since(start))
+		fmt.Printf("e2e: agents ready in %s: NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n", time.Since(start).Round(time.Millisecond), s.NomadAddr, s.ConsulAddr)
+	}
+
+	suite = s
+	code := m.Run()
+	suite = nil
+
+	fmt.Println()
+	fmt.Println("e2e timings (one machine's clocks; first byte target for scenario 2: <= 1.0s median of 5 wakes):")
+	fmt.Print(FormatTable(s.Timings.Rows()))
+
+	if s.Agents != nil {
+		for _, k := range s.Agents.Stop(45 * time.Second) {
+			fmt.Println("e2e:", k)
+			code = max(code, 1)
+		}
+		if code != 0 || *keepData {
+			fmt.Println("e2e: agent data and logs kept in", dir)
+		} else {
+			os.RemoveAll(dir)
+		}
+	}
+	return code
+}
+
+// reachable checks that the agents NOMAD_ADDR and CONSUL_HTTP_ADDR (with
+// their tokens and TLS settings) name answer and have a leader.
+func reachable(ctx context.Context) error {
+	nc, err := nomad.NewClient(nomad.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	cc, err := consul.NewClient(consul.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		nl, nerr := nc.Status().Leader()
+		cl, cerr := cc.Status().Leader()
+		if nerr == nil && cerr == nil && nl != "" && cl != "" {
+			return nil
+		}
+		if err = errors.Join(nerr, cerr); err == nil {
+			err = errors.New("no leader yet")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("agents not ready: %w", err)
+}

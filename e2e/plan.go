@@ -1,0 +1,80 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Mode is where the suite gets its agents from.
+type Mode int
+
+const (
+	// Skip: no agents and no way to start them.
+	Skip Mode = iota
+	// UseRunning: NOMAD_ADDR and CONSUL_HTTP_ADDR name running agents.
+	UseRunning
+	// StartAgents: consul and nomad are on PATH; the suite starts dev agents.
+	StartAgents
+	// Misconfigured: only one of NOMAD_ADDR and CONSUL_HTTP_ADDR is set.
+	Misconfigured
+)
+
+// Plan is the decision TestMain acts on.
+type Plan struct {
+	Mode                  Mode
+	NomadAddr, ConsulAddr string // UseRunning
+	NomadBin, ConsulBin   string // StartAgents
+	// Reason says why (Skip, Misconfigured).
+	Reason string
+}
+
+// InstallURL is where the agents' binaries come from.
+func InstallURL(name string) string {
+	return "https://developer.hashicorp.com/" + name + "/install"
+}
+
+// Decide picks the agents' source from the environment and PATH. lookPath is
+// exec.LookPath in the suite.
+func Decide(getenv func(string) string, lookPath func(string) (string, error)) Plan {
+	nomadAddr, consulAddr := getenv("NOMAD_ADDR"), getenv("CONSUL_HTTP_ADDR")
+	switch {
+	case nomadAddr != "" && consulAddr != "":
+		return Plan{Mode: UseRunning, NomadAddr: nomadAddr, ConsulAddr: consulAddr}
+	case nomadAddr != "":
+		return Plan{Mode: Misconfigured, Reason: "NOMAD_ADDR is set but CONSUL_HTTP_ADDR is not: set both to use running agents, or neither to let the suite start dev agents"}
+	case consulAddr != "":
+		return Plan{Mode: Misconfigured, Reason: "CONSUL_HTTP_ADDR is set but NOMAD_ADDR is not: set both to use running agents, or neither to let the suite start dev agents"}
+	}
+	nomadBin, nerr := lookPath("nomad")
+	consulBin, cerr := lookPath("consul")
+	if nerr == nil && cerr == nil {
+		return Plan{Mode: StartAgents, NomadBin: nomadBin, ConsulBin: consulBin}
+	}
+	var missing, urls []string
+	for _, m := range []struct {
+		name string
+		err  error
+	}{{"nomad", nerr}, {"consul", cerr}} {
+		if m.err != nil {
+			missing = append(missing, m.name)
+			urls = append(urls, InstallURL(m.name))
+		}
+	}
+	verb := "is"
+	if len(missing) > 1 {
+		verb = "are"
+	}
+	return Plan{Mode: Skip, Reason: fmt.Sprintf("%s %s not on PATH and NOMAD_ADDR/CONSUL_HTTP_ADDR are not set (install from %s)",
+		strings.Join(missing, " and "), verb, strings.Join(urls, " and "))}
+}
+
+// SkipLine is the one line the suite prints when it does not run.
+func (p Plan) SkipLine() string {
+	switch p.Mode {
+	case Skip:
+		return "e2e: SKIPPED: " + p.Reason
+	case Misconfigured:
+		return "e2e: NOT RUN: " + p.Reason
+	}
+	return ""
+}

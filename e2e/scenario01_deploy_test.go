@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// testService is the scenarios' usual service: the test app, named v1, at
+// most 10 requests per instance, fast scaling.
+func testService(name string) Service {
+	return Service{
+		Name:        name,
+		Env:         map[string]string{"TESTAPP_NAME": "v1"},
+		Concurrency: 10,
+		Scaling:     FastScaling(),
+	}
+}
+
+// Scenario 1: deploy -> ready -> request through the gateway.
+func TestE2E1DeployReadyRequest(t *testing.T) {
+	h := newHarness(t, "1 deploy")
+	const svc = "e2e-deploy"
+	rev := revision(svc, 1)
+	h.cleanupService(svc)
+	g := h.startServe("e2e-1", "", "")
+
+	file := h.writeServices("deploy.hcl", testService(svc))
+	start := time.Now()
+	out := h.deploy(file)
+	h.timing("deploy (register, publish, wait for an instance)", time.Since(start))
+	// deploy runs without the control plane and does not know its domain;
+	// the URL it prints names the service in its namespace.
+	if !strings.Contains(out, svc+".default.") {
+		t.Errorf("deploy does not print the service's URL (%s.default.<domain>):\n%s", svc, out)
+	}
+
+	// Nomad: the revision job with the contract's shape, one instance running.
+	job, _, err := h.nomad.Jobs().Info(rev, nil)
+	if err != nil {
+		t.Fatalf("Nomad has no job %s: %v", rev, err)
+	}
+	if *job.Type != "service" || job.Meta[spec.JobMetaService] != svc || job.Meta[spec.JobMetaRevision] != rev || job.Meta[spec.JobMetaGen] != "1" {
+		t.Errorf("job %s: type %s meta %v", rev, *job.Type, job.Meta)
+	}
+	if n, _ := h.groupCount(rev); n != 1 {
+		t.Errorf("group count %d, want initial 1", n)
+	}
+	if live := h.liveAllocs(rev); len(live) != 1 {
+		t.Errorf("%d running allocations, want 1", len(live))
+	}
+	// Consul: one passing instance (the sidecar's check wraps /ready), the
+	// route, the KV copy.
+	pass := h.passing(rev)
+	if len(pass) != 1 {
+		t.Fatalf("Consul lists %d passing instances of %s, want 1", len(pass), rev)
+	}
+	if !strings.Contains(strings.Join(pass[0].Service.Tags, ","), spec.TagServicePrefix+svc) {
+		t.Errorf("instance tags %v lack %s%s", pass[0].Service.Tags, spec.TagServicePrefix, svc)
+	}
+	if s := h.splits(svc); len(s) != 1 || s[rev] != 100 {
+		t.Errorf("service-splitter %s = %v, want %s: 100", svc, s, rev)
+	}
+	if d, ok := h.configEntry(consul.ServiceDefaults, svc).(*consul.ServiceConfigEntry); !ok || d.Protocol != "http" {
+		t.Errorf("service-defaults %s: %#v, want protocol http", svc, d)
+	}
+	if kv, _, err := h.consul.KV().Get(consulroute.RecordKey("default", svc), nil); err != nil || kv == nil {
+		t.Errorf("KV copy of the service missing: %v", err)
+	}
+
+	// A request through the gateway reaches the app.
+	client := NewClient(4)
+	o := g.request(svc, "", "/", client).Do(context.Background())
+	if !o.OK() || o.App != "v1" {
+		t.Fatalf("GET via gateway: %s, app %q", o.Describe(), o.App)
+	}
+	h.timing("request through the gateway, warm", o.End.Sub(o.Start))
+	if st := h.appStats(h.liveAllocs(rev)[0].ID); st.Requests < 1 {
+		t.Errorf("the app counted %d requests, want the one sent", st.Requests)
+	}
+
+	// The same file again makes no new revision.
+	h.deploy(file)
+	if _, _, err := h.nomad.Jobs().Info(revision(svc, 2), nil); err == nil {
+		t.Errorf("deploying the same file again registered %s", revision(svc, 2))
+	}
+	if jobs, _, _ := h.nomad.Jobs().PrefixList(svc + "-"); len(jobs) != 1 {
+		t.Errorf("Nomad has %d jobs for %s, want 1", len(jobs), svc)
+	}
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/activator"
+)
+
+// Targets the gateway should meet (issue 6). Every proxy hop costs about as
+// much CPU as the app here (client, app and proxies share 2 cores), so the
+// gateway is judged against the sidecar alone.
+const (
+	targetGatewayVsSidecar = 0.6
+	targetGatewayVsDirect  = 0.2
+	targetGatewayAddedP99  = 2 * time.Millisecond
+)
+
+// runGatewayBench measures (a) the test app directly, (b) through a sidecar
+// and (c) through the gateway and the same sidecar, alternating in one run;
+// then the load-balancing policies' tail latency over several instances;
+// then cold starts (gateway_coldstart.go).
+func runGatewayBench(ctx context.Context, o Options) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	appPort, scPort, scAdmin := ports[0], ports[1], ports[2]
+	app, err := startApp(o.Bin, "testapp", appPort, nil)
+	if err != nil {
+		return err
+	}
+	defer app.stop(5 * time.Second)
+	sc, err := startSidecar(o.Bin, "sidecar", scPort, appPort, scAdmin, 0, nil)
+	if err != nil {
+		return err
+	}
+	defer sc.stop(5 * time.Second)
+	svc := gatewayBenchSvc{Service: "bench", Concurrency: 0, Instances: []string{addrOf(scPort)}}
+	// (d) is a diagnostic: the gateway in the sidecar's place, straight
+	// to the app, so the two proxies compare hop for hop.
+	svcApp := gatewayBenchSvc{Service: "app", Concurrency: 0, Instances: []string{addrOf(appPort)}}
+	gw, gwAddr, err := startGatewayChild("gateway", activator.PolicyAuto, []gatewayBenchSvc{svc, svcApp}, o.ProxyEnv)
+	if err != nil {
+		return err
+	}
+	defer gw.stop(5 * time.Second)
+
+	direct := Target{Name: "(a) direct", Addr: addrOf(appPort)}
+	viaSidecar := Target{Name: "(b) sidecar", Addr: addrOf(scPort)}
+	viaGateway := Target{Name: "(c) gateway+sidecar", Addr: gwAddr, Host: svc.host()}
+	gatewayOnly := Target{Name: "(d) gateway, no sidecar", Addr: gwAddr, Host: svcApp.host()}
+	// CPU of the proxies each target crosses.
+	cpuOf := map[string][]*proc{viaSidecar.Name: {sc}, viaGateway.Name: {gw, sc}, gatewayOnly.Name: {gw}}
+	gwCPU := map[string]time.Duration{}
+
+	for _, t := range []Target{direct, viaSidecar, viaGateway, gatewayOnly} {
+		r := Run(ctx, t, Load{Conns: o.Conns, Duration: o.Warmup})
+		if r.Requests == 0 || r.ByClass[2] != r.Requests {
+			return fmt.Errorf("warm-up of %s: %d requests, %d 2xx, %d errors", t.Name, r.Requests, r.ByClass[2], r.Errors)
+		}
+	}
+
+	run := func(t Target, conns int, d time.Duration, s *Series, round int) error {
+		procs := cpuOf[t.Name]
+		before := make([]time.Duration, len(procs))
+		for i, p := range procs {
+			before[i], _ = cpuTime(p.pid())
+		}
+		r := Run(ctx, t, Load{Conns: conns, Duration: d})
+		for i, p := range procs {
+			after, _ := cpuTime(p.pid())
+			s.CPU += after - before[i]
+			if p == gw {
+				gwCPU[s.Name] += after - before[i]
+			}
+		}
+		s.Add(r)
+		PrintRun(o.Out, round, r)
+		return ctx.Err()
+	}
+
+	fmt.Fprintf(o.Out, "\nthroughput, %d connections, alternating (a) (b) (c)\n", o.Conns)
+	sA, sB, sC, sD := &Series{Name: direct.Name}, &Series{Name: viaSidecar.Name}, &Series{Name: viaGateway.Name}, &Series{Name: gatewayOnly.Name}
+	for round := 1; round <= o.Rounds; round++ {
+		for _, x := range []struct {
+			t Target
+			s *Series
+		}{{direct, sA}, {viaSidecar, sB}, {viaGateway, sC}, {gatewayOnly, sD}} {
+			if err := run(x.t, o.Conns, o.Duration, x.s, round); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintf(o.Out, "\nlatency, 1 connection, alternating\n")
+	oA, oB, oC := &Series{Name: direct.Name}, &Series{Name: viaSidecar.Name}, &Series{Name: viaGateway.Name}
+	for round := 1; round <= o.Rounds; round++ {
+		for _, x := range []struct {
+			t Target
+			s *Series
+		}{{direct, oA}, {viaSidecar, oB}, {viaGateway, oC}} {
+			if err := run(x.t, 1, o.SingleDuration, x.s, round); err != nil {
+				return err
+			}
+		}
+	}
+
+	PrintComparison(o.Out, fmt.Sprintf("== throughput, %d connections (ratio = target / direct; CPU/req = the proxies' CPU)", o.Conns), sA, sB, sC, sD)
+	PrintComparison(o.Out, "== one connection", oA, oB, oC)
+
+	a, b, c := sA.Merged(), sB.Merged(), sC.Merged()
+	vsSidecar, vsDirect := c.RPS()/b.RPS(), c.RPS()/a.RPS()
+	addedP99 := c.Latency.Quantile(.99) - b.Latency.Quantile(.99)
+	one1, one2 := oB.Merged(), oC.Merged()
+	addedP99One := one2.Latency.Quantile(.99) - one1.Latency.Quantile(.99)
+	addedP50One := one2.Latency.Quantile(.5) - one1.Latency.Quantile(.5)
+	fmt.Fprintf(o.Out, "\n== summary (target in brackets)\n")
+	fmt.Fprintf(o.Out, "throughput (c)/(b):              %.3f  [>= %.2f] %s\n", vsSidecar, targetGatewayVsSidecar, verdict(vsSidecar >= targetGatewayVsSidecar))
+	fmt.Fprintf(o.Out, "throughput (c)/(a):              %.3f  [>= %.2f] %s\n", vsDirect, targetGatewayVsDirect, verdict(vsDirect >= targetGatewayVsDirect))
+	fmt.Fprintf(o.Out, "throughput (b)/(a):              %.3f\n", b.RPS()/a.RPS())
+	fmt.Fprintf(o.Out, "added p99 (c)-(b), %d conns:     %s  [< %s] %s\n", o.Conns, fmtDur(addedP99), fmtDur(targetGatewayAddedP99), verdict(addedP99 < targetGatewayAddedP99))
+	fmt.Fprintf(o.Out, "added p99 (c)-(b), 1 conn:       %s  [< %s] %s (p50 %s)\n", fmtDur(addedP99One), fmtDur(targetGatewayAddedP99), verdict(addedP99One < targetGatewayAddedP99), fmtDur(addedP50One))
+	if c.Requests > 0 {
+		fmt.Fprintf(o.Out, "gateway CPU per request:         %s (sidecar alone in (b): %s)\n",
+			fmtDur(gwCPU[sC.Name]/time.Duration(c.Requests)), fmtDur(sB.CPU/time.Duration(max(b.Requests, 1))))
+	}
+	if rss, err := peakRSS(gw.pid()); err == nil {
+		fmt.Fprintf(o.Out, "gateway peak RSS (VmHWM):        %s\n", fmtMiB(rss))
+	}
+	app.stop(5 * time.Second)
+	sc.stop(5 * time.Second)
+	gw.stop(5 * time.Second)
+
+	if err := runPolicyBench(ctx, o); err != nil {
+		return err
+	}
+	// make bench-gateway prints every gateway number; -mode coldstart runs
+	// this part alone.
+	return runColdStartBench(ctx, o)
+}
+
+// Instances of the policy comparison: several fast ones and one slow (a
+// noisy neighbour), which is where policies differ.
+const (
+	policyFast      = 3
+	policyFastSleep = 2 * time.Millisecond
+	policySlowSleep = 20 * time.Millisecond
+)
+
+// runPolicyBench compares the load-balancing policies at concurrency 1, 10
+// and unlimited over policyFast fast instances and one slow one.
+func runPolicyBench(ctx context.Context, o Options) error {
+	n := policyFast + 1
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop(5 * time.Second)
+		}
+	}()
+	appPorts := make([]int, n)
+	for i := range n {
+		ports, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		sleep := policyFastSleep
+		if i == n-1 {
+			sleep = policySlowSleep
+		}
+		p, err := startApp(o.Bin, "testapp-"+strconv.Itoa(i), ports[0], map[string]string{"TESTAPP_SLEEP": sleep.String()})
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		appPorts[i] = ports[0]
+	}
+	type level struct {
+		cc    int
+		conns int
+	}
+	levels := []level{{1, 2 * n}, {10, o.Conns}, {0, o.Conns}}
+	var routes []gatewayBenchSvc
+	for _, lv := range levels {
+		svc := gatewayBenchSvc{Service: "cc" + strconv.Itoa(lv.cc), Concurrency: lv.cc}
+		for i := range n {
+			ports, err := freePorts(2)
+			if err != nil {
+				return err
+			}
+			p, err := startSidecar(o.Bin, fmt.Sprintf("sidecar-cc%d-%d", lv.cc, i), ports[0], appPorts[i], ports[1], lv.cc, nil)
+			if err != nil {
+				return err
+			}
+			procs = append(procs, p)
+			svc.Instances = append(svc.Instances, addrOf(ports[0]))
+		}
+		routes = append(routes, svc)
+	}
+	policies := []activator.Policy{activator.PolicyFirstAvailable, activator.PolicyRoundRobin, activator.PolicyPowerOfTwo, activator.PolicyLeastLoaded}
+	gwAddr := map[activator.Policy]string{}
+	for _, pol := range policies {
+		p, addr, err := startGatewayChild("gateway-"+string(pol), pol, routes, nil)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		gwAddr[pol] = addr
+	}
+
+	d := o.SingleDuration
+	rounds := min(o.Rounds, 3)
+	fmt.Fprintf(o.Out, "\nload-balancing policies: %d instances (%d answer in %s, 1 in %s), %s per run, %d rounds\n",
+		n, policyFast, policyFastSleep, policySlowSleep, d, rounds)
+	series := map[string]*Series{}
+	key := func(cc int, pol activator.Policy) string { return fmt.Sprintf("cc=%d %s", cc, pol) }
+	for round := 1; round <= rounds; round++ {
+		for li, lv := range levels {
+			for _, pol := range policies {
+				t := Target{Name: key(lv.cc, pol), Addr: gwAddr[pol], Host: routes[li].host()}
+				if round == 1 {
+					Run(ctx, t, Load{Conns: lv.conns, Duration: 300 * time.Millisecond})
+				}
+				r := Run(ctx, t, Load{Conns: lv.conns, Duration: d})
+				s := series[t.Name]
+				if s == nil {
+					s = &Series{Name: t.Name}
+					series[t.Name] = s
+				}
+				s.Add(r)
+				PrintRun(o.Out, round, r)
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	fmt.Fprintf(o.Out, "\n== load-balancing policies (auto picks least-loaded with a limit, p2c without; Knative: first-available up to 3, round-robin above, p2c)\n")
+	tw := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "concurrency\tconns\tpolicy\treq/s\tp50\tp99\tp99.9\terrors\tnon-2xx\t")
+	for _, lv := range levels {
+		for _, pol := range policies {
+			m := series[key(lv.cc, pol)].Merged()
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%.0f\t%s\t%s\t%s\t%d\t%d\t\n", lv.cc, lv.conns, pol, m.RPS(),
+				fmtDur(m.Latency.Quantile(.5)), fmtDur(m.Latency.Quantile(.99)), fmtDur(m.Latency.Quantile(.999)),
+				m.Errors, m.Requests-m.ByClass[2])
+		}
+	}
+	return tw.Flush()
+}
+
+func addrOf(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+// freePorts returns n distinct ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	for len(out) < n {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// startApp runs the test app on port.
+func startApp(bin, name string, port int, env map[string]string) (*proc, error) {
+	e := map[string]string{"PORT": strconv.Itoa(port)}
+	for k, v := range env {
+		e[k] = v
+	}
+	p, err := startProc(name, bin, []string{"testapp"}, e)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitPort(port, 10*time.Second); err != nil {
+		p.stop(time.Second)
+		return nil, err
+	}
+	return p, nil
+}
+
+// startSidecar runs a sidecar in front of the app on appPort.
+func startSidecar(bin, name string, port, appPort, admin, concurrency int, env map[string]string) (*proc, error) {
+	e := map[string]string{
+		"PORT":                   strconv.Itoa(port),
+		"SERVERLESS_APP_PORT":    strconv.Itoa(appPort),
+		"SERVERLESS_ADMIN_PORT":  strconv.Itoa(admin),
+		"SERVERLESS_SERVICE":     "bench",
+		"SERVERLESS_REVISION":    "bench-00001",
+		"SERVERLESS_CONCURRENCY": strconv.Itoa(concurrency),
+		"SERVERLESS_DRAIN_GRACE": "0s",
+	}
+	for k, v := range env {
+		e[k] = v
+	}
+	p, err := startProc(name, bin, []string{"sidecar"}, e)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitPort(port, 10*time.Second); err != nil {
+		p.stop(time.Second)
+		return nil, err
+	}
+	return p, nil
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Targets the sidecar should meet (issue 3); printed beside the results.
+const (
+	targetRatioNoLimit = 0.35
+	targetRatioLimit   = 0.30
+	targetAddedLatency = 120 * time.Microsecond
+	targetPeakRSS      = 20 << 20
+	benchLimit         = 10
+)
+
+// runSidecarBench compares the test app reached directly with the same app
+// behind a sidecar without a concurrency limit and behind one with a limit
+// of benchLimit.
+func runSidecarBench(ctx context.Context, o Options) error {
+	ports := make([]int, 5)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		ports[i] = p
+	}
+	appPort, noLimitPort, noLimitAdmin, limitPort, limitAdmin := ports[0], ports[1], ports[2], ports[3], ports[4]
+
+	app, err := startProc("testapp", o.Bin, []string{"testapp"}, map[string]string{"PORT": strconv.Itoa(appPort)})
+	if err != nil {
+		return err
+	}
+	defer app.stop(5 * time.Second)
+	if err := app.waitPort(appPort, 10*time.Second); err != nil {
+		return err
+	}
+	sidecar := func(name string, port, admin, concurrency int) (*proc, error) {
+		env := map[string]string{
+			"PORT":                   strconv.Itoa(port),
+			"SERVERLESS_APP_PORT":    strconv.Itoa(appPort),
+			"SERVERLESS_ADMIN_PORT":  strconv.Itoa(admin),
+			"SERVERLESS_SERVICE":     "bench",
+			"SERVERLESS_REVISION":    "bench-00001",
+			"SERVERLESS_CONCURRENCY": strconv.Itoa(concurrency),
+			"SERVERLESS_DRAIN_GRACE": "0s",
+		}
+		for k, v := range o.ProxyEnv {
+			env[k] = v
+		}
+		p, err := startProc(name, o.Bin, []string{"sidecar"}, env)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.waitPort(port, 10*time.Second); err != nil {
+			p.stop(time.Second)
+			return nil, err
+		}
+		return p, nil
+	}
+	noLimit, err := sidecar("sidecar", noLimitPort, noLimitAdmin, 0)
+	if err != nil {
+		return err
+	}
+	defer noLimit.stop(5 * time.Second)
+	limit, err := sidecar("sidecar-limit", limitPort, limitAdmin, benchLimit)
+	if err != nil {
+		return err
+	}
+	defer limit.stop(5 * time.Second)
+
+	addr := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+	direct := Target{Name: "direct", Addr: addr(appPort)}
+	viaNoLimit := Target{Name: "sidecar", Addr: addr(noLimitPort)}
+	viaLimit := Target{Name: fmt.Sprintf("sidecar concurrency=%d", benchLimit), Addr: addr(limitPort)}
+	// CPU is charged to the process under test: the app for direct runs,
+	// the sidecar for proxied ones.
+	procOf := map[string]*proc{direct.Name: app, viaNoLimit.Name: noLimit, viaLimit.Name: limit}
+
+	// Warm up (connections, pools, the CPU governor) and discard, but count
+	// what was sent for the stats check.
+	sent := map[string]int64{}
+	for _, t := range []Target{direct, viaNoLimit, viaLimit} {
+		sent[t.Name] += Run(ctx, t, Load{Conns: o.Conns, Duration: o.Warmup}).Sent
+	}
+
+	run := func(t Target, conns int, d time.Duration, s *Series, round int) error {
+		var cpu0 time.Duration
+		p := procOf[t.Name]
+		if p != nil {
+			cpu0, _ = cpuTime(p.pid())
+		}
+		r := Run(ctx, t, Load{Conns: conns, Duration: d})
+		if p != nil {
+			cpu1, _ := cpuTime(p.pid())
+			s.CPU += cpu1 - cpu0
+		}
+		sent[t.Name] += r.Sent
+		s.Add(r)
+		PrintRun(o.Out, round, r)
+		return ctx.Err()
+	}
+
+	fmt.Fprintf(o.Out, "\nthroughput, %d connections, alternating\n", o.Conns)
+	sDirect, sNoLimit, sLimit := &Series{Name: direct.Name}, &Series{Name: viaNoLimit.Name}, &Series{Name: viaLimit.Name}
+	for round := 1; round <= o.Rounds; round++ {
+		for _, x := range []struct {
+			t Target
+			s *Series
+		}{{direct, sDirect}, {viaNoLimit, sNoLimit}, {direct, sDirect}, {viaLimit, sLimit}} {
+			if err := run(x.t, o.Conns, o.Duration, x.s, round); err != nil {
+				return err
+			}
+		}
+	}
+
+	fmt.Fprintf(o.Out, "\nlatency, 1 connection, alternating\n")
+	oneDirect, oneSidecar := &Series{Name: direct.Name}, &Series{Name: viaNoLimit.Name}
+	for round := 1; round <= o.Rounds; round++ {
+		if err := run(direct, 1, o.SingleDuration, oneDirect, round); err != nil {
+			return err
+		}
+		if err := run(viaNoLimit, 1, o.SingleDuration, oneSidecar, round); err != nil {
+			return err
+		}
+	}
+
+	PrintComparison(o.Out, fmt.Sprintf("== throughput, %d connections (ratio = proxied / direct)", o.Conns), sDirect, sNoLimit, sLimit)
+	PrintComparison(o.Out, "== one connection", oneDirect, oneSidecar)
+	addP50, addMean := AddedLatency(oneDirect, oneSidecar)
+
+	rssNoLimit, err := peakRSS(noLimit.pid())
+	if err != nil {
+		return err
+	}
+	rssLimit, _ := peakRSS(limit.pid())
+	rssApp, _ := peakRSS(app.pid())
+
+	ratioNoLimit := sNoLimit.Merged().RPS() / sDirect.Merged().RPS()
+	ratioLimit := sLimit.Merged().RPS() / sDirect.Merged().RPS()
+	fmt.Fprintf(o.Out, "\n== summary (target in brackets)\n")
+	fmt.Fprintf(o.Out, "throughput ratio, concurrency=0:  %.3f  [>= %.2f] %s\n", ratioNoLimit, targetRatioNoLimit, verdict(ratioNoLimit >= targetRatioNoLimit))
+	fmt.Fprintf(o.Out, "throughput ratio, concurrency=%d: %.3f  [>= %.2f] %s\n", benchLimit, ratioLimit, targetRatioLimit, verdict(ratioLimit >= targetRatioLimit))
+	fmt.Fprintf(o.Out, "added latency, 1 connection:      p50 %s, mean %s  [< %s] %s\n", fmtDur(addP50), fmtDur(addMean), fmtDur(targetAddedLatency), verdict(addP50 < targetAddedLatency))
+	fmt.Fprintf(o.Out, "sidecar peak RSS (VmHWM):         %s (concurrency=%d: %s; test app: %s)  [< %s] %s\n",
+		fmtMiB(rssNoLimit), benchLimit, fmtMiB(rssLimit), fmtMiB(rssApp), fmtMiB(targetPeakRSS), verdict(rssNoLimit < targetPeakRSS && rssLimit < targetPeakRSS))
+
+	if o.ShowOutput {
+		for _, p := range []*proc{app, noLimit, limit} {
+			fmt.Fprintf(o.Out, "\n== output of %s\n%s", p.name, p.out.String())
+		}
+	}
+
+	// The sidecar's stats must count exactly what was sent to it.
+	for _, c := range []struct {
+		name  string
+		admin int
+	}{{viaNoLimit.Name, noLimitAdmin}, {viaLimit.Name, limitAdmin}} {
+		got, err := statsRequestsSinceStart(addr(c.admin))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.Out, "stats check, %-24s sidecar counted %d requests, generator sent %d %s\n",
+			c.name+":", got, sent[c.name], verdict(got == sent[c.name]))
+	}
+	return nil
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "MISSED"
+}
+
+// statsRequestsSinceStart reads the sidecar's stats; the bench never read
+// them before, so the window is the sidecar's whole life (warm-up included).
+func statsRequestsSinceStart(admin string) (int64, error) {
+	resp, err := http.Get("http://" + admin + "/stats")
+	if err != nil {
+		return 0, fmt.Errorf("read sidecar stats: %w", err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Requests float64 `json:"requests"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, fmt.Errorf("decode sidecar stats: %w", err)
+	}
+	return int64(st.Requests), nil
+}

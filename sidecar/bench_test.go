@@ -1,0 +1,179 @@
+package sidecar
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// rawApp is a minimal HTTP/1.1 app for benchmarks: it answers every request
+// with a fixed response and allocates nothing per request, so allocs/op of
+// a benchmark count the sidecar's side only.
+func rawApp(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					// Read one request head (benchmark requests have no body).
+					for {
+						line, err := br.ReadSlice('\n')
+						if err != nil {
+							return
+						}
+						if len(line) <= 2 {
+							break
+						}
+					}
+					if _, err := c.Write(resp); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func benchConfig(appPort, concurrency int) spec.SidecarConfig {
+	return spec.SidecarConfig{
+		Port: 1, AppPort: appPort, AdminPort: 2,
+		Service: "bench", Revision: "bench-00001",
+		Concurrency: concurrency, QueueDepth: 10 * concurrency,
+		Timeout: 300 * time.Second, DrainGrace: time.Second, DrainTimeout: 2 * time.Second,
+	}
+}
+
+// discardWriter is a ResponseWriter that keeps nothing, reused across
+// iterations so the benchmark measures the handler, not the recorder.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkHandler is one proxied GET through the handler (probe check,
+// stats, timer, ReverseProxy, Transport to a loopback app), without the
+// serving side's HTTP server.
+func BenchmarkHandler(b *testing.B) {
+	for _, c := range []struct {
+		name        string
+		concurrency int
+	}{{"concurrency=0", 0}, {"concurrency=10", 10}} {
+		b.Run(c.name, func(b *testing.B) {
+			s, err := New(benchConfig(rawApp(b), c.concurrency), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := s.Handler()
+			req := httptest.NewRequest("GET", "http://sidecar/", nil)
+			req.RemoteAddr = "127.0.0.1:1234"
+			w := &discardWriter{h: http.Header{}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				clear(w.h)
+				h.ServeHTTP(w, req)
+			}
+		})
+	}
+}
+
+// BenchmarkProbe is the K-Network-Probe answer: it must not allocate.
+func BenchmarkProbe(b *testing.B) {
+	s, err := New(benchConfig(rawApp(b), 0), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.state.ready.Store(true)
+	req := httptest.NewRequest("GET", "http://sidecar/", nil)
+	req.Header.Set(spec.ProbeHeader, spec.ProbeHeaderValue)
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		s.Handler().ServeHTTP(w, req)
+	}
+}
+
+// BenchmarkServe is the whole serving side: net/http's server, the handler
+// and the forwarder, driven over loopback by raw keep-alive clients that
+// allocate nothing per request, so allocs/op are the sidecar's.
+func BenchmarkServe(b *testing.B) {
+	s, err := New(benchConfig(rawApp(b), 0), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+	req := []byte("GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for pb.Next() {
+			if _, err := c.Write(req); err != nil {
+				b.Error(err)
+				return
+			}
+			if err := readRawResponse(br); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// readRawResponse reads one response with a Content-Length body.
+func readRawResponse(br *bufio.Reader) error {
+	length := -1
+	for first := true; ; first = false {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if first {
+			if !bytes.HasPrefix(line, []byte("HTTP/1.1 200")) {
+				return errors.New("unexpected status line " + string(line))
+			}
+			continue
+		}
+		if len(line) <= 2 {
+			break
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("Content-Length: ")); ok {
+			length, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
+		}
+	}
+	if length < 0 {
+		return errors.New("no Content-Length")
+	}
+	_, err := br.Discard(length)
+	return err
+}

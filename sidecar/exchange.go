@@ -1,0 +1,323 @@
+package sidecar
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// clientCheckInterval is how often a long request checks whether its
+// client is still there, so an abandoned request stops occupying the app.
+const clientCheckInterval = time.Second
+
+// exchange is one request's state: the ResponseWriter the proxy writes
+// through (recording status and bytes for metrics and the access log) and
+// the timer that enforces the three timeouts and notices a departed client.
+// Exchanges are pooled, timer included, so a request allocates none of this.
+//
+// The timer never touches the ResponseWriter. On expiry it only aborts the
+// request's upstream side: it sets a past deadline on the app connection the
+// request is using (or cancels the context, on the ReverseProxy paths). The
+// handler goroutine, blocked on that connection, then fails and answers 504,
+// or aborts the client connection if the response had started. So no lock
+// guards the writer, unlike http.TimeoutHandler, which writes from a second
+// goroutine; and a request needs no context of its own.
+type exchange struct {
+	h *Handler
+	w http.ResponseWriter
+
+	// Handler goroutine only.
+	status      int
+	bytes       int64
+	wroteHeader bool
+
+	// Set before the timer is armed (Timer.Reset orders them before the
+	// timer goroutine reads them).
+	start     time.Time
+	clientCtx context.Context
+	timer     *time.Timer
+	nextCheck time.Duration // timer goroutine only after arming
+
+	// Shared with the timer goroutine.
+	done       atomic.Bool  // the request finished; the timer must not re-arm
+	dispatched atomic.Int64 // ns since start when the request went to the app, -1 before
+	started    atomic.Bool  // response headers written (or connection upgraded)
+	lastWrite  atomic.Int64 // ns since start of the last body write (idle timeout only)
+	expired    atomic.Pointer[timeoutError]
+	clientGone atomic.Bool
+	aborted    atomic.Bool
+	// conn is the app connection in use; whoever swaps it out owns it:
+	// the handler to reuse it, the timer to break it.
+	conn   atomic.Pointer[appConn]
+	waiter atomic.Pointer[Waiter] // in the breaker's line
+	cancel atomic.Pointer[context.CancelCauseFunc]
+	runs   atomic.Uint32 // added to at the end of every timer run
+}
+
+// timeoutError is the cause of a request a timeout ended.
+type timeoutError struct {
+	kind  string
+	limit time.Duration
+}
+
+func (e *timeoutError) Error() string { return e.kind + " timeout (" + e.limit.String() + ") passed" }
+
+// pastDeadline makes every blocked read or write on a connection return.
+var pastDeadline = time.Unix(1, 0)
+
+func newExchange(h *Handler) *exchange {
+	x := &exchange{h: h}
+	x.timer = time.AfterFunc(time.Hour, x.onTimer)
+	x.timer.Stop()
+	return x
+}
+
+// begin readies a pooled exchange for a request. Plain fields are written
+// before the atomics: the timer goroutine starts by loading done, which
+// orders these writes before its reads (for the race detector as well).
+func (x *exchange) begin(w http.ResponseWriter, clientCtx context.Context, start time.Time) {
+	x.w = w
+	x.status = 0
+	x.bytes = 0
+	x.wroteHeader = false
+	x.start = start
+	x.clientCtx = clientCtx
+	x.nextCheck = clientCheckInterval
+	x.dispatched.Store(-1)
+	x.started.Store(false)
+	x.lastWrite.Store(0)
+	x.expired.Store(nil)
+	x.clientGone.Store(false)
+	x.aborted.Store(false)
+	x.conn.Store(nil)
+	x.waiter.Store(nil)
+	x.cancel.Store(nil)
+	x.done.Store(false)
+	x.timer.Reset(min(x.h.cfg.Timeout, clientCheckInterval))
+}
+
+// finish stops the timer. It reports whether the exchange may go back to
+// the pool: not if the timer's function is running, since it may still read
+// the exchange.
+func (x *exchange) finish() bool {
+	x.done.Store(true)
+	if !x.timer.Stop() {
+		return false
+	}
+	// The timer's function ran before, if at all, and ended with an add to
+	// runs; this load orders its reads before the writes below.
+	x.runs.Load()
+	x.w = nil
+	x.clientCtx = nil
+	return true
+}
+
+// dispatch marks the moment the request leaves the queue for the app: the
+// response start timeout counts from here.
+func (x *exchange) dispatch(at time.Time) {
+	if x.h.cfg.ResponseStartTimeout > 0 {
+		x.dispatched.Store(int64(at.Sub(x.start)))
+		x.rearm(at)
+	}
+}
+
+// rearm points the timer at the earliest deadline that applies now.
+func (x *exchange) rearm(now time.Time) {
+	if d, _ := x.nextDeadline(now); d > 0 {
+		x.timer.Reset(d)
+	}
+}
+
+// nextDeadline returns how long until the earliest timeout, and which; a
+// zero or negative duration means it has passed.
+func (x *exchange) nextDeadline(now time.Time) (time.Duration, *timeoutError) {
+	cfg := &x.h.cfg
+	elapsed := now.Sub(x.start)
+	left := cfg.Timeout - elapsed
+	kind := &x.h.timeouts.request
+	if !x.started.Load() {
+		if rst := cfg.ResponseStartTimeout; rst > 0 {
+			if at := x.dispatched.Load(); at >= 0 {
+				if l := time.Duration(at) + rst - elapsed; l < left {
+					left, kind = l, &x.h.timeouts.responseStart
+				}
+			}
+		}
+	} else if idle := cfg.IdleTimeout; idle > 0 {
+		if l := time.Duration(x.lastWrite.Load()) + idle - elapsed; l < left {
+			left, kind = l, &x.h.timeouts.idle
+		}
+	}
+	return left, kind
+}
+
+// onTimer runs in the timer's goroutine.
+func (x *exchange) onTimer() {
+	defer x.runs.Add(1)
+	if x.done.Load() {
+		return
+	}
+	now := time.Now()
+	elapsed := now.Sub(x.start)
+	if elapsed >= x.nextCheck {
+		x.nextCheck = elapsed + clientCheckInterval
+		if x.clientCtx.Err() != nil {
+			x.clientGone.Store(true)
+			x.abort(context.Canceled)
+			return
+		}
+	}
+	left, kind := x.nextDeadline(now)
+	if left <= 0 {
+		if x.expired.CompareAndSwap(nil, kind) {
+			x.abort(kind)
+		}
+		return
+	}
+	x.timer.Reset(min(left, x.nextCheck-elapsed))
+}
+
+// abort breaks the request's upstream side (see exchange).
+func (x *exchange) abort(cause error) {
+	x.aborted.Store(true)
+	if c := x.conn.Swap(nil); c != nil {
+		_ = c.nc.SetDeadline(pastDeadline)
+	}
+	if w := x.waiter.Swap(nil); w != nil {
+		x.h.breaker.Cancel(w)
+	}
+	if c := x.cancel.Load(); c != nil {
+		(*c)(cause)
+	}
+}
+
+// attach makes ac the connection a timeout breaks; false means the request
+// was aborted already (ac is then broken or about to be).
+func (x *exchange) attach(ac *appConn) bool {
+	x.conn.Store(ac)
+	if x.aborted.Load() {
+		if x.conn.Swap(nil) != nil {
+			_ = ac.nc.SetDeadline(pastDeadline)
+		}
+		return false
+	}
+	return true
+}
+
+// setCancel makes cancel what a timeout calls (ReverseProxy paths and the
+// breaker's queue); if the request was aborted already it calls it now.
+func (x *exchange) setCancel(cancel *context.CancelCauseFunc) {
+	x.cancel.Store(cancel)
+	if x.aborted.Load() {
+		cause := error(context.Canceled)
+		if t := x.timedOut(); t != nil {
+			cause = t
+		}
+		(*cancel)(cause)
+	}
+}
+
+// queue waits in the breaker's line for a slot, cancellable by the timer
+// (abort) without a context. nil means a slot is held.
+func (x *exchange) queue(b *Breaker) error {
+	w, err := b.Enqueue()
+	if err != nil || w == nil {
+		return err
+	}
+	x.waiter.Store(w)
+	if x.aborted.Load() && x.waiter.Swap(nil) != nil {
+		// Aborted before the timer could see the waiter.
+		b.Cancel(w)
+	}
+	err = b.Wait(w)
+	// Whoever swaps the waiter out owns it: if the timer did, it may still
+	// be calling Cancel, so the waiter is left to the garbage collector.
+	if x.waiter.Swap(nil) == w {
+		b.Recycle(w)
+	}
+	return err
+}
+
+// detach takes the connection back; false means the timer broke it.
+func (x *exchange) detach(ac *appConn) bool { return x.conn.CompareAndSwap(ac, nil) }
+
+// timedOut returns the timeout that ended the request, or nil.
+func (x *exchange) timedOut() *timeoutError { return x.expired.Load() }
+
+// resetHeader empties the response header, keeping what the sidecar itself
+// put there (Connection: close while draining).
+func (x *exchange) resetHeader() {
+	hd := x.w.Header()
+	clear(hd)
+	if x.h.state.draining.Load() {
+		hd["Connection"] = connectionClose
+	}
+}
+
+// http.ResponseWriter, with the optional interfaces the proxy needs
+// (Flusher for streaming, Hijacker for upgrades, Unwrap for everything
+// http.ResponseController knows).
+
+func (x *exchange) Header() http.Header { return x.w.Header() }
+
+func (x *exchange) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		// Informational (103 Early Hints): passed on, not the response.
+		x.w.WriteHeader(code)
+		return
+	}
+	if x.wroteHeader {
+		return
+	}
+	x.wroteHeader = true
+	x.status = code
+	idle := x.h.cfg.IdleTimeout > 0
+	if idle {
+		x.lastWrite.Store(int64(time.Since(x.start)))
+	}
+	x.started.Store(true)
+	x.w.WriteHeader(code)
+	if idle {
+		x.rearm(time.Now())
+	}
+}
+
+func (x *exchange) Write(p []byte) (int, error) {
+	if !x.wroteHeader {
+		x.WriteHeader(http.StatusOK)
+	}
+	n, err := x.w.Write(p)
+	x.bytes += int64(n)
+	if x.h.cfg.IdleTimeout > 0 {
+		x.lastWrite.Store(int64(time.Since(x.start)))
+	}
+	return n, err
+}
+
+func (x *exchange) Flush() {
+	if !x.wroteHeader {
+		x.WriteHeader(http.StatusOK)
+	}
+	if f, ok := x.w.(http.Flusher); ok {
+		f.Flush()
+		return
+	}
+	_ = http.NewResponseController(x.w).Flush()
+}
+
+// Hijack hands the client connection to the proxy for a protocol switch
+// (websocket). From here on only the whole-request timeout applies.
+func (x *exchange) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(x.w).Hijack()
+	if err == nil {
+		x.wroteHeader = true
+		x.status = http.StatusSwitchingProtocols
+		x.started.Store(true)
+	}
+	return c, brw, err
+}
+
+func (x *exchange) Unwrap() http.ResponseWriter { return x.w }

@@ -1,0 +1,650 @@
+package sidecar
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+)
+
+// forwardH1 proxies an HTTP/1.x request (no protocol upgrade) to the app
+// over a pooled HTTP/1.1 connection, synchronously in the handler
+// goroutine.
+//
+// This replaces httputil.ReverseProxy + http.Transport on the hot path.
+// The Transport hands every request to a writer goroutine and every response
+// back from a reader goroutine (three channel hand-offs per request), and
+// ReverseProxy clones the request and its headers; here the request head is
+// written straight from the incoming request and the response head is read
+// into the ResponseWriter's header map (two allocations for the whole
+// header block), so a plain GET makes no goroutine switch and about a dozen
+// allocations in all, most of them net/http's own serving side.
+//
+// What it keeps of ReverseProxy's behaviour: hop-by-hop headers (and any
+// named in Connection) are dropped both ways; X-Forwarded-For gets the
+// client appended; a request body streams to the app from its own goroutine
+// while the response streams back (full duplex), chunked when its length is
+// unknown, trailers included; response trailers pass through; a response
+// is flushed to the client whenever no more of it is already buffered, so
+// streams flow byte by byte and ordinary responses leave in one write; an
+// app error after the response started aborts the client connection rather
+// than end the response cleanly. A request that finds its reused
+// connection closed by the app before any answer is retried once on a new
+// connection when it has no body and an idempotent method, as
+// http.Transport does.
+func (h *Handler) forwardH1(x *exchange, r *http.Request) {
+	hasBody := r.ContentLength != 0
+	retryable := !hasBody && isIdempotent(r.Method)
+	for attempt := 0; ; attempt++ {
+		ac, reused, err := h.app.get()
+		if err != nil {
+			h.appFailed(x, r, err)
+			return
+		}
+		if !x.attach(ac) {
+			ac.nc.Close()
+			h.appFailed(x, r, errAborted)
+			return
+		}
+		res, err := h.exchangeH1(x, ac, r, hasBody)
+		if !x.detach(ac) {
+			// The timer broke the connection; it is not reusable.
+			res.keep = false
+		}
+		if res.keep && err == nil {
+			h.app.put(ac)
+		} else {
+			ac.nc.Close()
+			if !res.bodyRunning {
+				h.app.release(ac)
+			}
+		}
+		if err == nil {
+			return
+		}
+		if !res.gotResponse && reused && retryable && attempt == 0 && !x.aborted.Load() {
+			continue
+		}
+		if res.headerSent {
+			if errors.Is(err, errClientWrite) {
+				// The client is gone; the server notices on its own.
+				return
+			}
+			// Do not let the server end a cut response as if complete.
+			panic(http.ErrAbortHandler)
+		}
+		h.appFailed(x, r, err)
+		return
+	}
+}
+
+var (
+	errAborted     = errors.New("request aborted")
+	errClientWrite = errors.New("write to client failed")
+	errBadResponse = errors.New("malformed HTTP response from the app")
+)
+
+// h1Result says how far an exchange with the app got.
+type h1Result struct {
+	gotResponse bool // any byte of a response arrived
+	headerSent  bool // the response head went to the client
+	keep        bool // the connection can serve another request
+	bodyRunning bool // the request body copy may still use the connection
+}
+
+func isIdempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// exchangeH1 writes r to ac and relays the response to x.
+func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, hasBody bool) (h1Result, error) {
+	var res h1Result
+	chunked := r.ContentLength < 0
+	writeRequestHead(ac.bw, r, h.appAddr, chunked)
+	if err := ac.bw.Flush(); err != nil {
+		return res, err
+	}
+	var bodyDone chan error
+	if hasBody {
+		// The body streams from its own goroutine so the app can answer
+		// (or echo) while the client still sends. Until it reports on
+		// bodyDone the connection's writer is its.
+		bodyDone = make(chan error, 1)
+		res.bodyRunning = true
+		go copyRequestBody(ac, r, chunked, h.buffers, bodyDone)
+	}
+
+	var (
+		code   int
+		http11 bool
+		block  string
+		err    error
+	)
+	for {
+		code, http11, block, res.gotResponse, err = readResponseHead(ac)
+		if err != nil {
+			return res, res.bodyError(bodyDone, err)
+		}
+		if code >= 100 && code < 200 {
+			if code == http.StatusSwitchingProtocols {
+				return res, fmt.Errorf("%w: 101 Switching Protocols to a request that asked for no upgrade", errBadResponse)
+			}
+			// 100 Continue is ours to swallow; others (103) go on.
+			if code != http.StatusContinue {
+				if _, err := parseResponseHeader(block, x.Header()); err == nil {
+					x.WriteHeader(code)
+				}
+				x.resetHeader()
+			}
+			continue
+		}
+		break
+	}
+	hd := x.Header()
+	info, err := parseResponseHeader(block, hd)
+	if err != nil {
+		x.resetHeader()
+		return res, err
+	}
+	res.keep = http11 && !info.close || !http11 && info.keepAlive
+	x.WriteHeader(code)
+	res.headerSent = true
+
+	switch {
+	case r.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified:
+	case info.chunked:
+		err = copyChunked(x, ac)
+	case info.contentLength >= 0:
+		err = copyFixed(x, ac.br, info.contentLength)
+	default:
+		res.keep = false
+		err = copyToEOF(x, ac.br)
+	}
+	if err != nil {
+		res.keep = false
+		return res, res.bodyError(bodyDone, err)
+	}
+	if bodyDone != nil {
+		select {
+		case berr := <-bodyDone:
+			res.bodyRunning = false
+			if berr != nil {
+				res.keep = false
+			}
+		default:
+			// The app answered before taking the whole body: the
+			// connection is mid-request, so it goes (and with it the
+			// body copy, whose next write fails).
+			res.keep = false
+		}
+	}
+	return res, nil
+}
+
+// bodyError prefers the request body's error (a client that went away
+// mid-upload) over the one it caused on the app side.
+func (res *h1Result) bodyError(bodyDone chan error, err error) error {
+	if bodyDone != nil {
+		select {
+		case berr := <-bodyDone:
+			res.bodyRunning = false
+			if berr != nil {
+				return berr
+			}
+		default:
+		}
+	}
+	return err
+}
+
+// hopByHop reports whether a request header must not be passed on.
+func hopByHop(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		// Framing and routing the sidecar redoes itself.
+		"Host", "Content-Length", "Expect", "X-Forwarded-For":
+		return true
+	}
+	return false
+}
+
+// writeRequestHead writes the request line and headers. Header names and
+// values come from net/http's parser, which has refused CR, LF and invalid
+// names, so they are written as they are.
+func writeRequestHead(bw *bufio.Writer, r *http.Request, appAddr string, chunked bool) {
+	bw.WriteString(r.Method)
+	bw.WriteByte(' ')
+	target := r.RequestURI
+	if target == "" || target[0] != '/' && target != "*" {
+		// Absolute form ("http://host/path"): the app gets origin form.
+		target = r.URL.RequestURI()
+	}
+	bw.WriteString(target)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	if r.Host != "" {
+		bw.WriteString(r.Host)
+	} else {
+		bw.WriteString(appAddr)
+	}
+	bw.WriteString("\r\n")
+	conn := r.Header["Connection"]
+	for k, vv := range r.Header {
+		if hopByHop(k) || len(conn) > 0 && listedInConnection(conn, k) {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	if te := r.Header["Te"]; len(te) > 0 && hasToken(te, "trailers") {
+		bw.WriteString("Te: trailers\r\n")
+	}
+	bw.WriteString("X-Forwarded-For: ")
+	for _, v := range r.Header["X-Forwarded-For"] {
+		bw.WriteString(v)
+		bw.WriteString(", ")
+	}
+	bw.WriteString(clientIP(r.RemoteAddr))
+	bw.WriteString("\r\n")
+	switch {
+	case chunked:
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+		if len(r.Trailer) > 0 {
+			bw.WriteString("Trailer: ")
+			first := true
+			for k := range r.Trailer {
+				if !first {
+					bw.WriteString(", ")
+				}
+				first = false
+				bw.WriteString(k)
+			}
+			bw.WriteString("\r\n")
+		}
+	case r.ContentLength > 0:
+		bw.WriteString("Content-Length: ")
+		var num [20]byte
+		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
+		bw.WriteString("\r\n")
+	case r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch:
+		bw.WriteString("Content-Length: 0\r\n")
+	}
+	bw.WriteString("\r\n")
+}
+
+// clientIP is the host part of a RemoteAddr, without allocating.
+func clientIP(remote string) string {
+	i := strings.LastIndexByte(remote, ':')
+	if i < 0 {
+		return remote
+	}
+	host := remote[:i]
+	if len(host) > 1 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	return host
+}
+
+func listedInConnection(conn []string, name string) bool {
+	for _, v := range conn {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasToken(vv []string, token string) bool { return listedInConnection(vv, token) }
+
+// copyRequestBody streams r's body to the app, chunk-encoding it when its
+// length is unknown, flushing after every read so the app sees bytes as
+// the client sends them. It reports on done and touches nothing else of the
+// request's state: it may outlive the handler when the app answers early.
+func copyRequestBody(ac *appConn, r *http.Request, chunked bool, buffers *bufferPool, done chan<- error) {
+	buf := buffers.Get()
+	defer buffers.Put(buf)
+	bw := ac.bw
+	var err error
+	for {
+		n, rerr := r.Body.Read(buf)
+		if n > 0 {
+			if chunked {
+				var num [16]byte
+				bw.Write(strconv.AppendUint(num[:0], uint64(n), 16))
+				bw.WriteString("\r\n")
+				bw.Write(buf[:n])
+				bw.WriteString("\r\n")
+			} else {
+				bw.Write(buf[:n])
+			}
+			if werr := bw.Flush(); werr != nil {
+				done <- nil // the app side failed; the response read reports it
+				return
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			err = fmt.Errorf("%w: %v", errClientBody, rerr)
+			// Unblock the response read: the app waits for bytes that
+			// will not come.
+			_ = ac.nc.SetReadDeadline(pastDeadline)
+			done <- err
+			return
+		}
+	}
+	if chunked {
+		bw.WriteString("0\r\n")
+		for k, vv := range r.Trailer {
+			for _, v := range vv {
+				bw.WriteString(k)
+				bw.WriteString(": ")
+				bw.WriteString(v)
+				bw.WriteString("\r\n")
+			}
+		}
+		bw.WriteString("\r\n")
+		_ = bw.Flush()
+	}
+	done <- nil
+}
+
+var errClientBody = errors.New("reading the request body from the client failed")
+
+// readResponseHead reads a status line and header block. The header block
+// is returned as one string (one allocation), which parseResponseHeader
+// slices into keys and values without copying.
+func readResponseHead(ac *appConn) (code int, http11 bool, block string, got bool, err error) {
+	line, err := ac.br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return 0, false, "", true, fmt.Errorf("%w: status line too long", errBadResponse)
+		}
+		if len(line) == 0 && errors.Is(err, io.EOF) {
+			err = errAppClosed
+		}
+		return 0, false, "", len(line) > 0, err
+	}
+	// "HTTP/1.1 200 OK"
+	if len(line) < 12 || string(line[:7]) != "HTTP/1." || line[8] != ' ' || (len(line) > 12 && line[12] != ' ' && line[12] != '\r' && line[12] != '\n') {
+		return 0, false, "", true, fmt.Errorf("%w: status line %q", errBadResponse, trimLine(line))
+	}
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return 0, false, "", true, fmt.Errorf("%w: status line %q", errBadResponse, trimLine(line))
+		}
+		code = code*10 + int(c-'0')
+	}
+	if code < 100 {
+		return 0, false, "", true, fmt.Errorf("%w: status %d", errBadResponse, code)
+	}
+	http11 = line[7] == '1'
+
+	scratch := ac.scratch[:0]
+	atLineStart := true
+	for {
+		line, err = ac.br.ReadSlice('\n')
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			ac.scratch = scratch
+			return 0, false, "", true, err
+		}
+		if len(scratch)+len(line) > maxResponseHead {
+			ac.scratch = nil
+			return 0, false, "", true, fmt.Errorf("%w: header larger than %d bytes", errBadResponse, maxResponseHead)
+		}
+		if err == nil && atLineStart && (len(line) == 1 || len(line) == 2 && line[0] == '\r') {
+			break
+		}
+		scratch = append(scratch, line...)
+		atLineStart = err == nil
+	}
+	ac.scratch = scratch
+	return code, http11, string(scratch), true, nil
+}
+
+func trimLine(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return strings.TrimRight(string(b), "\r\n")
+}
+
+// respInfo is what the response head says about framing and the connection.
+type respInfo struct {
+	contentLength int64 // -1: not given
+	chunked       bool
+	close         bool
+	keepAlive     bool
+}
+
+// parseResponseHeader fills hd from a header block, dropping hop-by-hop
+// fields. Keys and values are substrings of block; all values share one
+// []string backing array, each header a full slice of it, so an append
+// (a repeated header) copies instead of overwriting a neighbour.
+func parseResponseHeader(block string, hd http.Header) (respInfo, error) {
+	info := respInfo{contentLength: -1}
+	vals := make([]string, strings.Count(block, "\n"))
+	n := 0
+	var connTokens []string
+	for len(block) > 0 {
+		i := strings.IndexByte(block, '\n')
+		if i < 0 {
+			i = len(block)
+		}
+		line := block[:i]
+		block = block[min(i+1, len(block)):]
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" {
+			continue
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return info, fmt.Errorf("%w: folded header line", errBadResponse)
+		}
+		colon := strings.IndexByte(line, ':')
+		if colon <= 0 || !validHeaderName(line[:colon]) {
+			return info, fmt.Errorf("%w: header line %q", errBadResponse, trimLine([]byte(line)))
+		}
+		key := textproto.CanonicalMIMEHeaderKey(line[:colon])
+		value := strings.Trim(line[colon+1:], " \t")
+		switch key {
+		case "Content-Length":
+			cl, err := strconv.ParseInt(value, 10, 64)
+			if err != nil || cl < 0 || info.contentLength >= 0 && info.contentLength != cl {
+				return info, fmt.Errorf("%w: Content-Length %q", errBadResponse, value)
+			}
+			if info.contentLength >= 0 {
+				continue // the same value twice
+			}
+			info.contentLength = cl
+		case "Transfer-Encoding":
+			// Only a final "chunked" frames the body; anything else is
+			// read until the connection closes (RFC 9112 6.3).
+			last := value
+			if j := strings.LastIndexByte(value, ','); j >= 0 {
+				last = value[j+1:]
+			}
+			info.chunked = strings.EqualFold(strings.TrimSpace(last), "chunked")
+			continue
+		case "Connection":
+			for tok := range strings.SplitSeq(value, ",") {
+				tok = strings.TrimSpace(tok)
+				switch {
+				case strings.EqualFold(tok, "close"):
+					info.close = true
+				case strings.EqualFold(tok, "keep-alive"):
+					info.keepAlive = true
+				case tok != "":
+					connTokens = append(connTokens, tok)
+				}
+			}
+			continue
+		case "Keep-Alive", "Proxy-Connection", "Upgrade", "Te":
+			continue
+		}
+		vals[n] = value
+		if prev, ok := hd[key]; ok {
+			hd[key] = append(prev, value)
+		} else {
+			hd[key] = vals[n : n+1 : n+1]
+		}
+		n++
+	}
+	for _, tok := range connTokens {
+		delete(hd, textproto.CanonicalMIMEHeaderKey(tok))
+	}
+	if info.chunked {
+		// Both framings given: chunked wins, and the length must not
+		// reach the client.
+		delete(hd, "Content-Length")
+		info.contentLength = -1
+	}
+	return info, nil
+}
+
+func validHeaderName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// copyFixed relays exactly n bytes of body.
+func copyFixed(x *exchange, br *bufio.Reader, n int64) error {
+	for n > 0 {
+		if br.Buffered() == 0 {
+			// About to wait for the app: let the client have what it
+			// has so far.
+			x.Flush()
+			if _, err := br.Peek(1); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+		}
+		b, _ := br.Peek(int(min(int64(br.Buffered()), n)))
+		if _, err := x.Write(b); err != nil {
+			return fmt.Errorf("%w: %v", errClientWrite, err)
+		}
+		br.Discard(len(b))
+		n -= int64(len(b))
+	}
+	return nil
+}
+
+// copyToEOF relays a body delimited by the app closing the connection.
+func copyToEOF(x *exchange, br *bufio.Reader) error {
+	for {
+		if br.Buffered() == 0 {
+			x.Flush()
+			if _, err := br.Peek(1); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+		}
+		b, _ := br.Peek(br.Buffered())
+		if _, err := x.Write(b); err != nil {
+			return fmt.Errorf("%w: %v", errClientWrite, err)
+		}
+		br.Discard(len(b))
+	}
+}
+
+// copyChunked relays a chunked body chunk by chunk (the server re-chunks
+// it towards the client) and its trailers.
+func copyChunked(x *exchange, ac *appConn) error {
+	br := ac.br
+	for {
+		if br.Buffered() == 0 {
+			x.Flush()
+		}
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		size, ok := parseChunkSize(line)
+		if !ok {
+			return fmt.Errorf("%w: chunk size line %q", errBadResponse, trimLine(line))
+		}
+		if size == 0 {
+			return copyTrailers(x, br)
+		}
+		if err := copyFixed(x, br, size); err != nil {
+			return err
+		}
+		if crlf, err := br.ReadSlice('\n'); err != nil || len(crlf) > 2 || len(crlf) == 2 && crlf[0] != '\r' {
+			return fmt.Errorf("%w: chunk not followed by CRLF", errBadResponse)
+		}
+	}
+}
+
+func parseChunkSize(line []byte) (int64, bool) {
+	var n int64
+	digits := 0
+	for _, c := range line {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			// Extensions (";name=value") and the line end.
+			return n, digits > 0 && (c == ';' || c == '\r' || c == '\n' || c == ' ' || c == '\t')
+		}
+		if digits == 15 {
+			return 0, false // over 2^60: no real chunk is that big
+		}
+		n = n<<4 | int64(d)
+		digits++
+	}
+	return n, false
+}
+
+// copyTrailers reads the trailer section after the last chunk and hands it
+// to the server as trailers (TrailerPrefix keys).
+func copyTrailers(x *exchange, br *bufio.Reader) error {
+	var hd http.Header
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return fmt.Errorf("%w: trailers: %v", errBadResponse, err)
+		}
+		if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
+			return nil
+		}
+		s := strings.TrimRight(string(line), "\r\n")
+		k, v, ok := strings.Cut(s, ":")
+		if !ok || !validHeaderName(k) {
+			return fmt.Errorf("%w: trailer line %q", errBadResponse, s)
+		}
+		if hd == nil {
+			hd = x.Header()
+		}
+		hd.Add(http.TrailerPrefix+textproto.CanonicalMIMEHeaderKey(k), strings.Trim(v, " \t"))
+	}
+}

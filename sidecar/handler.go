@@ -1,0 +1,372 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// statusClientClosed is recorded (never sent) for a request whose client
+// went away before the response: nginx's 499.
+const statusClientClosed = 499
+
+// Handler is the serving port: it answers the K-Network-Probe header
+// itself and proxies everything else to the app through the concurrency
+// breaker (when the revision sets a limit), enforcing the timeouts and
+// recording stats and metrics.
+//
+// Per request it allocates nothing a pool could hold (the exchange, with its
+// writer wrapper and timer, the connection buffers and the copy buffers are
+// pooled), its stats and metrics are atomic adds (see meter), and the only
+// lock it takes is the app connection pool's, for one pop and one push (see
+// appClient). With concurrency = 0 there is no breaker at all on the path.
+type Handler struct {
+	cfg     spec.SidecarConfig
+	log     *slog.Logger
+	access  *slog.Logger // nil: access log off
+	state   *state
+	meter   *meter
+	breaker *Breaker // nil: no limit
+	metrics *metrics
+
+	app       *appClient             // HTTP/1.1 requests: the hot path
+	appAddr   string                 // 127.0.0.1:<app port>
+	h1, h2    *httputil.ReverseProxy // upgrades (websocket) and HTTP/2 (h2c)
+	alwaysH2C bool
+	buffers   *bufferPool
+
+	pool     sync.Pool
+	timeouts struct{ request, responseStart, idle timeoutError }
+
+	queueFullBody, probeOK []byte
+	revisionHeader         []string
+
+	lastProxyErrLog atomic.Int64 // unix ns; proxy errors are logged at most once a second
+}
+
+// Shared header values; net/http only reads them.
+var (
+	textPlain       = []string{"text/plain; charset=utf-8"}
+	noSniff         = []string{"nosniff"}
+	connectionClose = []string{"close"}
+	probeHeader     = http.CanonicalHeaderKey(spec.ProbeHeader)
+)
+
+func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *meter, b *Breaker, mt *metrics, appProto AppProtocol) *Handler {
+	h := &Handler{
+		cfg: cfg, log: log, access: access, state: st, meter: m, breaker: b, metrics: mt,
+		alwaysH2C:      appProto == AppH2C,
+		probeOK:        []byte(spec.ProbeHeaderValue),
+		revisionHeader: []string{cfg.Revision},
+	}
+	h.pool.New = func() any { return newExchange(h) }
+	h.timeouts.request = timeoutError{timeoutRequest, cfg.Timeout}
+	h.timeouts.responseStart = timeoutError{timeoutResponseStart, cfg.ResponseStartTimeout}
+	h.timeouts.idle = timeoutError{timeoutIdle, cfg.IdleTimeout}
+	if b != nil {
+		h.queueFullBody = []byte("nomad-serverless: revision " + cfg.Revision + " is at its concurrency limit (" +
+			strconv.Itoa(b.Capacity()) + " requests in the app) and its queue is full (" + strconv.Itoa(b.QueueDepth()) +
+			" waiting); retry, or raise scaling.max so more instances share the load\n")
+	}
+
+	app := net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.AppPort))
+	h.appAddr = app
+	h.app = newAppClient(app, maxIdleConns(cfg), 90*time.Second)
+	director := func(r *http.Request) {
+		r.URL.Scheme = "http"
+		r.URL.Host = app
+	}
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	buffers := newBufferPool()
+	h.buffers = buffers
+	h.h1 = &httputil.ReverseProxy{
+		Director:     director,
+		Transport:    newAppTransport(cfg, false),
+		BufferPool:   buffers,
+		ErrorLog:     errLog,
+		ErrorHandler: h.proxyError,
+	}
+	h.h2 = &httputil.ReverseProxy{
+		Director:     director,
+		Transport:    newAppTransport(cfg, true),
+		BufferPool:   buffers,
+		ErrorLog:     errLog,
+		ErrorHandler: h.proxyError,
+	}
+	return h
+}
+
+// newAppTransport returns the client side of the proxy: keep-alive
+// connections to the app on loopback, no proxy lookup from the environment,
+// no compression (the app's bytes pass as they are), and enough idle
+// connections that a burst never has to dial.
+func newAppTransport(cfg spec.SidecarConfig, h2c bool) *http.Transport {
+	idle := maxIdleConns(cfg)
+	t := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: idle,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	var p http.Protocols
+	if h2c {
+		p.SetUnencryptedHTTP2(true)
+	} else {
+		p.SetHTTP1(true)
+	}
+	t.Protocols = &p
+	return t
+}
+
+// maxIdleConns is how many idle connections to the app are kept: with a
+// concurrency limit no more are ever busy at once.
+func maxIdleConns(cfg spec.SidecarConfig) int {
+	if cfg.Concurrency > 0 {
+		return max(cfg.Concurrency, 16)
+	}
+	return 1024
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The probe header is looked up directly in the map: the key is
+	// already canonical, so Header.Get's canonicalisation is waste.
+	if v := r.Header[probeHeader]; len(v) == 1 && v[0] == spec.ProbeHeaderValue {
+		h.serveProbe(w)
+		return
+	}
+
+	if h.state.draining.Load() {
+		// Lame duck: answer, then close the connection, so clients
+		// reconnect (to another instance once Consul has caught up)
+		// instead of reusing this one.
+		w.Header()["Connection"] = connectionClose
+	}
+	start := time.Now()
+	tracked := h.meter.begin(start)
+	clientCtx := r.Context()
+	x := h.pool.Get().(*exchange)
+	x.begin(w, clientCtx, start)
+	// Deferred so the accounting also runs when the proxy aborts a started
+	// response by panicking with http.ErrAbortHandler.
+	defer h.done(x, r, tracked)
+
+	dispatched := start
+	if h.breaker != nil {
+		if !h.breaker.TryAcquire() {
+			// Wait in line; the timer cancels the wait on a timeout or
+			// when the client has gone.
+			if err := x.queue(h.breaker); err != nil {
+				h.refuse(x, err)
+				return
+			}
+			dispatched = time.Now()
+		}
+		defer h.breaker.Release()
+	}
+	x.dispatch(dispatched)
+
+	if r.ProtoMajor == 1 {
+		upgrade := r.Header["Upgrade"]
+		if len(upgrade) > 0 && isH2CUpgrade(upgrade) {
+			// RFC 9113 retired the h2c upgrade; answering in HTTP/1.1 is
+			// allowed, and passing it on would turn one request into a
+			// tunnel the sidecar cannot count.
+			delete(r.Header, "Upgrade")
+			upgrade = nil
+		}
+		if r.ContentLength != 0 {
+			// Let the app answer while the client is still sending (a
+			// proxy must not force "body first, then response").
+			_ = http.NewResponseController(w).EnableFullDuplex()
+		}
+		switch {
+		case len(upgrade) > 0:
+			// Websocket and other upgrades: HTTP/1.1 to the app always.
+			h.serveReverseProxy(h.h1, x, r)
+		case h.alwaysH2C:
+			h.serveReverseProxy(h.h2, x, r)
+		default:
+			h.forwardH1(x, r)
+		}
+		return
+	}
+	// HTTP/2 from the client: h2c to the app.
+	h.serveReverseProxy(h.h2, x, r)
+}
+
+// serveReverseProxy runs one of the ReverseProxy paths with a context the
+// timer can cancel.
+func (h *Handler) serveReverseProxy(rp *httputil.ReverseProxy, x *exchange, r *http.Request) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	x.setCancel(&cancel)
+	rp.ServeHTTP(x, r.WithContext(ctx))
+}
+
+func isH2CUpgrade(v []string) bool {
+	for _, s := range v {
+		if len(s) == 3 && (s[0]|0x20) == 'h' && s[1] == '2' && (s[2]|0x20) == 'c' {
+			return true
+		}
+	}
+	return false
+}
+
+// serveProbe answers K-Network-Probe: queue, which Consul's check and the
+// activator send: 200 "queue" when the app is ready and the sidecar is not
+// draining, 503 otherwise. The app never sees it.
+func (h *Handler) serveProbe(w http.ResponseWriter) {
+	hd := w.Header()
+	hd["Content-Type"] = textPlain
+	hd[spec.RevisionHeader] = h.revisionHeader
+	switch {
+	case h.state.draining.Load():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("draining\n"))
+	case !h.state.ready.Load():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("not ready\n"))
+	default:
+		w.Write(h.probeOK)
+	}
+}
+
+// refuse answers a request that never reached the app.
+func (h *Handler) refuse(x *exchange, err error) {
+	switch {
+	case errors.Is(err, ErrQueueFull):
+		h.metrics.rejections.Inc()
+		x.sidecarError(http.StatusServiceUnavailable, h.queueFullBody)
+	case x.timedOut() != nil:
+		h.answerTimeout(x)
+	default:
+		// The client went away while queued.
+		x.status = statusClientClosed
+	}
+}
+
+// proxyError is the ReverseProxy's error handler.
+func (h *Handler) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	x, ok := w.(*exchange)
+	if !ok {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	h.appFailed(x, r, err)
+}
+
+// appFailed answers a request whose exchange with the app failed before
+// the response started: a timeout (504), a client that left (nothing to
+// answer; recorded as 499), or an app that could not be reached or broke
+// the connection (502).
+func (h *Handler) appFailed(x *exchange, r *http.Request, err error) {
+	switch {
+	case x.timedOut() != nil:
+		h.answerTimeout(x)
+	case x.clientGone.Load() || errors.Is(err, errClientBody) || x.clientCtx.Err() != nil:
+		x.status = statusClientClosed
+	default:
+		now := time.Now().UnixNano()
+		if last := h.lastProxyErrLog.Load(); now-last > int64(time.Second) && h.lastProxyErrLog.CompareAndSwap(last, now) {
+			h.log.Warn("request to the app failed", "app", h.appAddr, "path", r.URL.Path, "error", err)
+		}
+		x.sidecarError(http.StatusBadGateway, []byte("nomad-serverless: the app on "+h.appAddr+
+			" did not answer: "+err.Error()+"\n"))
+	}
+}
+
+func (h *Handler) answerTimeout(x *exchange) {
+	t := x.timedOut()
+	h.metrics.timeouts[t.kind].Inc()
+	if x.wroteHeader {
+		return
+	}
+	var msg string
+	switch t.kind {
+	case timeoutResponseStart:
+		msg = "the app did not start its response within response_start_timeout (" + t.limit.String() + ")"
+	case timeoutIdle:
+		msg = "the app sent nothing for idle_timeout (" + t.limit.String() + ")"
+	default:
+		msg = "the request did not finish within timeout (" + t.limit.String() + ")"
+	}
+	x.sidecarError(http.StatusGatewayTimeout, []byte("nomad-serverless: revision "+h.cfg.Revision+": "+msg+"\n"))
+}
+
+// sidecarError writes a response the sidecar made itself.
+func (x *exchange) sidecarError(code int, body []byte) {
+	if x.wroteHeader {
+		return
+	}
+	x.resetHeader()
+	hd := x.w.Header()
+	hd["Content-Type"] = textPlain
+	hd["X-Content-Type-Options"] = noSniff
+	hd["Content-Length"] = []string{strconv.Itoa(len(body))}
+	x.WriteHeader(code)
+	x.Write(body)
+}
+
+// done ends a request's accounting; it runs deferred, also on a panic.
+func (h *Handler) done(x *exchange, r *http.Request, tracked bool) {
+	now := time.Now()
+	if tracked {
+		h.meter.end(now)
+	}
+	if t := x.timedOut(); t != nil && x.wroteHeader && x.status != http.StatusGatewayTimeout {
+		// Timed out mid-response: the proxy aborted the connection.
+		h.metrics.timeouts[t.kind].Inc()
+	}
+	status := x.status
+	if status == 0 {
+		// The proxy panicked before writing anything.
+		status = http.StatusBadGateway
+	}
+	elapsed := now.Sub(x.start)
+	h.metrics.recordResponse(status, elapsed.Seconds())
+	if h.access != nil {
+		h.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", status),
+			slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+			slog.Int64("bytes", x.bytes),
+			slog.String("proto", r.Proto))
+	}
+	if x.finish() {
+		h.pool.Put(x)
+	}
+}
+
+// copyBufferSize is the size of the proxy's copy buffers.
+const copyBufferSize = 32 << 10
+
+// bufferPool lends ReverseProxy its copy buffers. It pools array pointers:
+// putting a []byte into a sync.Pool would allocate its slice header every
+// time.
+type bufferPool struct{ p sync.Pool }
+
+func newBufferPool() *bufferPool {
+	b := &bufferPool{}
+	b.p.New = func() any { return new([copyBufferSize]byte) }
+	return b
+}
+
+func (b *bufferPool) Get() []byte { return b.p.Get().(*[copyBufferSize]byte)[:] }
+
+func (b *bufferPool) Put(s []byte) {
+	if cap(s) >= copyBufferSize {
+		b.p.Put((*[copyBufferSize]byte)(s[:copyBufferSize]))
+	}
+}

@@ -1,0 +1,141 @@
+package sidecar
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// state is what the probes found and whether the sidecar drains. The
+// request path reads it with one atomic load.
+type state struct {
+	ready, live, draining atomic.Bool
+	// Last probe failures, for the admin endpoints' bodies.
+	readyErr, liveErr atomic.Pointer[string]
+}
+
+// probeSchedule is the pure part of probing: fed each result, it says
+// whether the app counts as healthy and how long to wait before the next
+// probe. It does no I/O and reads no clock, so its rules are table-tested.
+//
+// Rules (Kubernetes' thresholds, Knative's aggressive start):
+//   - health changes only after SuccessThreshold consecutive passes or
+//     FailureThreshold consecutive failures;
+//   - readiness starts unhealthy, liveness starts healthy (a liveness probe
+//     must fail before it counts against the app);
+//   - an aggressive schedule (readiness with period 0) probes every
+//     spec.AggressiveProbePeriod until the first time the app is healthy,
+//     then every spec.DefaultProbePeriod.
+type probeSchedule struct {
+	probe         spec.Probe
+	aggressive    bool
+	period        time.Duration
+	healthy       bool
+	everHealthy   bool
+	passes, fails int
+}
+
+func newReadinessSchedule(p spec.Probe) *probeSchedule {
+	s := &probeSchedule{probe: p, period: p.Period}
+	if p.Period == 0 {
+		s.aggressive = true
+		s.period = spec.DefaultProbePeriod
+	}
+	return s
+}
+
+func newLivenessSchedule(p spec.Probe) *probeSchedule {
+	s := &probeSchedule{probe: p, period: p.Period, healthy: true, everHealthy: true}
+	if p.Period == 0 {
+		s.period = spec.DefaultLivenessPeriod
+	}
+	return s
+}
+
+// record takes one probe result and reports whether health changed.
+func (s *probeSchedule) record(pass bool) bool {
+	if pass {
+		s.passes++
+		s.fails = 0
+		if !s.healthy && s.passes >= max(1, s.probe.SuccessThreshold) {
+			s.healthy, s.everHealthy = true, true
+			return true
+		}
+		return false
+	}
+	s.fails++
+	s.passes = 0
+	if s.healthy && s.fails >= max(1, s.probe.FailureThreshold) {
+		s.healthy = false
+		return true
+	}
+	return false
+}
+
+// next is the wait between the starts of two probes.
+func (s *probeSchedule) next() time.Duration {
+	if s.aggressive && !s.everHealthy {
+		return spec.AggressiveProbePeriod
+	}
+	return s.period
+}
+
+// probeLoop runs a prober on its schedule until ctx ends, calling set when
+// health changes and count after every probe.
+type probeLoop struct {
+	name   string // "readiness" or "liveness"
+	prober prober
+	sched  *probeSchedule
+	log    *slog.Logger
+	set    func(healthy bool, err error)
+	count  func(pass bool)
+}
+
+func (l *probeLoop) run(ctx context.Context) {
+	start := time.Now()
+	if d := l.sched.probe.InitialDelay; d > 0 && !sleepCtx(ctx, d) {
+		return
+	}
+	var probes int
+	for {
+		began := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, l.sched.probe.Timeout)
+		err := l.prober.probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		probes++
+		l.count(err == nil)
+		if l.sched.record(err == nil) {
+			l.set(l.sched.healthy, err)
+			if l.sched.healthy {
+				l.log.Info("app "+l.name+" probe passes", "probes", probes, "since_start", time.Since(start).Round(time.Millisecond).String())
+			} else {
+				l.log.Warn("app "+l.name+" probe fails", "error", err, "failures", l.sched.fails)
+			}
+		}
+		// Periods count from probe start; a slow probe is followed at once.
+		if !sleepCtx(ctx, l.sched.next()-time.Since(began)) {
+			return
+		}
+	}
+}
+
+// sleepCtx waits d (nothing if d <= 0) and reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,187 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+func TestProbeSchedule(t *testing.T) {
+	readiness := func(period time.Duration, succ, fail int) *probeSchedule {
+		return newReadinessSchedule(spec.Probe{Period: period, SuccessThreshold: succ, FailureThreshold: fail, Timeout: time.Second})
+	}
+	type step struct {
+		pass        bool
+		wantHealthy bool
+		wantNext    time.Duration
+	}
+	for _, c := range []struct {
+		name  string
+		sched *probeSchedule
+		start bool
+		steps []step
+	}{
+		{"aggressive until the first success, then the default period", readiness(0, 1, 3), false, []step{
+			{false, false, spec.AggressiveProbePeriod},
+			{false, false, spec.AggressiveProbePeriod},
+			{true, true, spec.DefaultProbePeriod},
+			// Not aggressive again after losing readiness.
+			{false, true, spec.DefaultProbePeriod},
+			{false, true, spec.DefaultProbePeriod},
+			{false, false, spec.DefaultProbePeriod},
+		}},
+		{"configured period, thresholds", readiness(2*time.Second, 2, 2), false, []step{
+			{true, false, 2 * time.Second},
+			{false, false, 2 * time.Second},
+			{true, false, 2 * time.Second},
+			{true, true, 2 * time.Second},
+			{false, true, 2 * time.Second},
+			{true, true, 2 * time.Second}, // a pass resets the failure run
+			{false, true, 2 * time.Second},
+			{false, false, 2 * time.Second},
+		}},
+		{"liveness starts healthy", newLivenessSchedule(spec.Probe{SuccessThreshold: 1, FailureThreshold: 2, Timeout: time.Second}), true, []step{
+			{false, true, spec.DefaultLivenessPeriod},
+			{false, false, spec.DefaultLivenessPeriod},
+			{true, true, spec.DefaultLivenessPeriod},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.sched.healthy != c.start {
+				t.Fatalf("starts healthy=%v", c.sched.healthy)
+			}
+			if !c.start && c.sched.aggressive && c.sched.next() != spec.AggressiveProbePeriod {
+				t.Fatalf("first wait %s", c.sched.next())
+			}
+			for i, s := range c.steps {
+				before := c.sched.healthy
+				changed := c.sched.record(s.pass)
+				if c.sched.healthy != s.wantHealthy || changed != (before != s.wantHealthy) || c.sched.next() != s.wantNext {
+					t.Fatalf("step %d (pass=%v): healthy=%v changed=%v next=%s, want healthy=%v next=%s",
+						i, s.pass, c.sched.healthy, changed, c.sched.next(), s.wantHealthy, s.wantNext)
+				}
+			}
+		})
+	}
+}
+
+func TestHTTPProber(t *testing.T) {
+	var gotHost, gotHeader string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotHost, gotHeader = r.Host, r.Header.Get("X-Check")
+		switch r.URL.Path {
+		case "/ok":
+		case "/redirect":
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		default:
+			http.Error(w, "nope", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	ctx := context.Background()
+	p, err := newProber(spec.Probe{Type: spec.ProbeHTTP, Path: "/ok", Headers: map[string]string{"X-Check": "1", "Host": "app.example"}}, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.probe(ctx); err != nil || gotHost != "app.example" || gotHeader != "1" {
+		t.Fatalf("ok probe: %v host %q header %q", err, gotHost, gotHeader)
+	}
+	if p, _ := newProber(spec.Probe{Type: spec.ProbeHTTP, Path: "/redirect"}, port); p.probe(ctx) != nil {
+		t.Fatal("a redirect must pass")
+	}
+	if p, _ := newProber(spec.Probe{Type: spec.ProbeHTTP, Path: "/bad"}, port); p.probe(ctx) == nil {
+		t.Fatal("a 500 must fail")
+	}
+}
+
+func TestTCPAndExecProbers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ctx := context.Background()
+	p, _ := newProber(spec.Probe{Type: spec.ProbeTCP}, 1)
+	p.(*tcpProber).addr = "127.0.0.1:" + strconv.Itoa(port)
+	if err := p.probe(ctx); err != nil {
+		t.Fatalf("listening port: %v", err)
+	}
+	ln.Close()
+	if err := p.probe(ctx); err == nil {
+		t.Fatal("closed port passed")
+	}
+	if p, _ := newProber(spec.Probe{Type: spec.ProbeExec, Command: []string{"true"}}, 1); p.probe(ctx) != nil {
+		t.Fatal("exec true failed")
+	}
+	p, _ = newProber(spec.Probe{Type: spec.ProbeExec, Command: []string{"sh", "-c", "echo broken; exit 3"}}, 1)
+	if err := p.probe(ctx); err == nil || !strings.Contains(err.Error(), "broken") {
+		t.Fatalf("exec exit 3: %v", err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	p, _ = newProber(spec.Probe{Type: spec.ProbeExec, Command: []string{"sleep", "5"}}, 1)
+	if err := p.probe(tctx); err == nil {
+		t.Fatal("exec past its timeout passed")
+	}
+	if _, err := newProber(spec.Probe{Type: "udp"}, 1); err == nil {
+		t.Fatal("unknown type accepted")
+	}
+}
+
+func TestProbeLoopAggressiveThenPeriod(t *testing.T) {
+	results := make(chan struct{}, 100)
+	fails := 3
+	pr := proberFunc(func(context.Context) error {
+		results <- struct{}{}
+		if fails > 0 {
+			fails--
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	changed := make(chan bool, 4)
+	l := &probeLoop{name: "readiness", prober: pr, log: discardLog(),
+		sched: newReadinessSchedule(spec.Probe{SuccessThreshold: 1, FailureThreshold: 3, Timeout: time.Second}),
+		set:   func(ok bool, err error) { changed <- ok },
+		count: func(bool) {}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.run(ctx); close(done) }()
+	select {
+	case ok := <-changed:
+		if !ok {
+			t.Fatal("first change was to not ready")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never ready")
+	}
+	// Three failures and a pass: four probes, the fourth made it ready.
+	if n := len(results); n != 4 {
+		t.Fatalf("%d probes before ready, want 4", n)
+	}
+	cancel()
+	<-done
+}
+
+type proberFunc func(context.Context) error
+
+func (f proberFunc) probe(ctx context.Context) error { return f(ctx) }
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func probeGRPC(service string) spec.Probe {
+	p := spec.DefaultProbe(spec.ProbeGRPC)
+	p.GRPCService = service
+	return p
+}
