@@ -136,6 +136,7 @@ func TestValidationRules(t *testing.T) {
 		{name: "probe port", src: docker("  readiness {\n    tcp {}\n    port = »-1\n  }"), summary: "port is -1"},
 		{name: "probe initial_delay", src: docker("  liveness {\n    tcp {}\n    initial_delay = »\"-1s\"\n  }"), summary: "initial_delay is -1s"},
 		{name: "probe period", src: docker("  liveness {\n    tcp {}\n    period = »\"-1s\"\n  }"), summary: "period is -1s"},
+		{name: "probe port unreachable in a published container", src: docker("  readiness {\n    tcp {}\n    port = »9090\n  }"), summary: "readiness probes port 9090, but only the app's port 8080", detail: "bridge"},
 		{name: "probe timeout zero", src: docker("  readiness {\n    tcp {}\n    timeout = »\"0s\"\n  }"), summary: "timeout is 0s"},
 		{name: "probe timeout over period", src: docker("  readiness {\n    tcp {}\n    period = \"1s\"\n    timeout = »\"2s\"\n  }"), summary: "timeout 2s is longer than period 1s"},
 		{name: "liveness default period vs timeout", src: docker("  liveness {\n    tcp {}\n    timeout = »\"11s\"\n  }"), summary: "timeout 11s is longer than period 10s"},

@@ -189,19 +189,49 @@ func network(t spec.Template) *api.NetworkResource {
 			DynamicPorts: []api.Port{{Label: spec.PortHTTP}, {Label: spec.PortAdmin}},
 		}
 	}
+	app := api.Port{Label: spec.PortApp}
+	if publishesAppPort(t) {
+		app.To = t.Task.Port
+	}
 	return &api.NetworkResource{
 		Mode:         "host",
-		DynamicPorts: []api.Port{{Label: spec.PortHTTP}, {Label: spec.PortApp}, {Label: spec.PortAdmin}},
+		DynamicPorts: []api.Port{{Label: spec.PortHTTP}, app, {Label: spec.PortAdmin}},
 	}
 }
 
-// appPort is how the user task's port is spelled in environment variables:
-// Nomad's interpolation in host mode, the fixed number in bridge mode.
+// publishesAppPort reports whether the user task is a container in host
+// networking whose port Nomad publishes: the container keeps its own
+// network, the app listens on its declared port inside it (nginx on 80, say,
+// whatever PORT says), and Nomad maps a dynamic port of the node's address to
+// it. Two instances on one node then never fight over the same port. A user
+// who sets network_mode or ports in the driver config chose otherwise.
+func publishesAppPort(t spec.Template) bool {
+	if t.Network.Mode != spec.NetworkHost || !isContainerDriver(t.Task.Driver) {
+		return false
+	}
+	_, mode := t.Task.Config["network_mode"]
+	_, ports := t.Task.Config["ports"]
+	return !mode && !ports
+}
+
+// appPort is the app's port as the app itself sees it (its PORT): the fixed
+// number in bridge mode and inside a published container, Nomad's
+// interpolation otherwise.
 func appPort(t spec.Template) string {
-	if t.Network.Mode == spec.NetworkBridge {
+	if t.Network.Mode == spec.NetworkBridge || publishesAppPort(t) {
 		return strconv.Itoa(t.Task.Port)
 	}
 	return "${NOMAD_PORT_" + spec.PortApp + "}"
+}
+
+// sidecarAppAddress is where the sidecar reaches the app: a published
+// container port is bound on the node's address, everything else listens
+// on loopback (bridge mode shares the allocation's namespace).
+func sidecarAppAddress(t spec.Template) (host, port string) {
+	if publishesAppPort(t) {
+		return "${NOMAD_IP_" + spec.PortApp + "}", "${NOMAD_HOST_PORT_" + spec.PortApp + "}"
+	}
+	return spec.DefaultAppHost, appPort(t)
 }
 
 func consulService(rev spec.Revision, o Options) *api.Service {
@@ -324,21 +354,16 @@ func userTask(rev spec.Revision) *api.Task {
 	return task
 }
 
-// driverConfig is the user's driver config, copied. In host mode a docker
-// or podman container must share the node's network (network_mode "host")
-// unless the user chose otherwise: the sidecar reaches the app on
-// 127.0.0.1:$PORT, and a port published from the container's own network
-// is bound to the node's address, not to loopback. In bridge mode Nomad
-// joins the containers to the allocation's namespace itself.
+// driverConfig is the user's driver config, copied; a container in host
+// networking gets its app port published (see publishesAppPort). In bridge
+// mode Nomad joins the containers to the allocation's namespace itself.
 func driverConfig(t spec.Template) map[string]any {
 	cfg := cloneValue(t.Task.Config).(map[string]any)
 	if cfg == nil {
 		cfg = map[string]any{}
 	}
-	if t.Network.Mode == spec.NetworkHost && isContainerDriver(t.Task.Driver) {
-		if _, set := cfg["network_mode"]; !set {
-			cfg["network_mode"] = "host"
-		}
+	if publishesAppPort(t) {
+		cfg["ports"] = []string{spec.PortApp}
 	}
 	return cfg
 }
@@ -377,7 +402,11 @@ func sidecarTask(rev spec.Revision, o Options) *api.Task {
 	t := rev.Template
 	env := spec.SidecarConfigForRevision(rev).Env()
 	env[spec.EnvSidecarPort] = "${NOMAD_PORT_" + spec.PortHTTP + "}"
-	env[spec.EnvSidecarAppPort] = appPort(t)
+	appHost, appPortEnv := sidecarAppAddress(t)
+	if appHost != spec.DefaultAppHost {
+		env[spec.EnvSidecarAppHost] = appHost
+	}
+	env[spec.EnvSidecarAppPort] = appPortEnv
 	env[spec.EnvSidecarAdminPort] = "${NOMAD_PORT_" + spec.PortAdmin + "}"
 	env[spec.EnvSidecarInstance] = "${NOMAD_ALLOC_ID}"
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,7 +149,9 @@ func portLabels(n *api.NetworkResource) []string {
 }
 
 func TestContractPortsHostMode(t *testing.T) {
-	_, job := mustCompile(t, dockerWebApp(), 1, testOptions())
+	// An exec-driver app listens on the dynamic port PORT names, on the
+	// node's network; the sidecar reaches it on loopback.
+	_, job := mustCompile(t, rawExecBinary(), 1, testOptions())
 	g := job.TaskGroups[0]
 	if len(g.Networks) != 1 || g.Networks[0].Mode != "host" {
 		t.Fatalf("networks = %+v, want one in host mode", g.Networks)
@@ -165,15 +168,53 @@ func TestContractPortsHostMode(t *testing.T) {
 	if user.Env["PORT"] != "${NOMAD_PORT_app}" {
 		t.Errorf("user PORT = %q", user.Env["PORT"])
 	}
-	// The container shares the node's network so the sidecar reaches it
-	// on 127.0.0.1.
-	if user.Config["network_mode"] != "host" {
-		t.Errorf("docker user task in host mode: network_mode = %v, want host", user.Config["network_mode"])
+	proxy := taskByName(t, g, spec.SidecarTaskName)
+	if _, set := proxy.Env[spec.EnvSidecarAppHost]; set || proxy.Env[spec.EnvSidecarAppPort] != "${NOMAD_PORT_app}" {
+		t.Errorf("sidecar app address: host %q port %q, want loopback and ${NOMAD_PORT_app}", proxy.Env[spec.EnvSidecarAppHost], proxy.Env[spec.EnvSidecarAppPort])
 	}
-	// A user's own choice is kept.
+}
+
+func TestContractHostModeContainerPublishesItsPort(t *testing.T) {
+	// A container keeps its own network: it listens on its declared port
+	// (an image that ignores PORT works), Nomad publishes a dynamic port
+	// of the node's address to it, and the sidecar goes there.
+	rev := dockerWebApp()
+	_, job := mustCompile(t, rev, 1, testOptions())
+	g := job.TaskGroups[0]
+	var app api.Port
+	for _, p := range g.Networks[0].DynamicPorts {
+		if p.Label == spec.PortApp {
+			app = p
+		}
+	}
+	if app.Value != 0 || app.To != rev.Template.Task.Port {
+		t.Errorf("app port = %+v, want dynamic, mapped to %d", app, rev.Template.Task.Port)
+	}
+	user := taskByName(t, g, spec.UserTaskName)
+	if user.Env["PORT"] != strconv.Itoa(rev.Template.Task.Port) {
+		t.Errorf("user PORT = %q, want the port inside the container", user.Env["PORT"])
+	}
+	if got := user.Config["ports"]; !reflect.DeepEqual(got, []string{"app"}) {
+		t.Errorf("docker ports = %v, want [app]", got)
+	}
+	if _, set := user.Config["network_mode"]; set {
+		t.Errorf("network_mode set: %v", user.Config["network_mode"])
+	}
+	proxy := taskByName(t, g, spec.SidecarTaskName)
+	if proxy.Env[spec.EnvSidecarAppHost] != "${NOMAD_IP_app}" || proxy.Env[spec.EnvSidecarAppPort] != "${NOMAD_HOST_PORT_app}" {
+		t.Errorf("sidecar app address: %q:%q", proxy.Env[spec.EnvSidecarAppHost], proxy.Env[spec.EnvSidecarAppPort])
+	}
+	// A user's own network choice is kept, and then nothing is published.
 	_, job = mustCompile(t, traefikTags(), 1, testOptions())
-	if got := taskByName(t, job.TaskGroups[0], spec.UserTaskName).Config["network_mode"]; got != "bridge" {
+	user = taskByName(t, job.TaskGroups[0], spec.UserTaskName)
+	if got := user.Config["network_mode"]; got != "bridge" {
 		t.Errorf("user's network_mode overwritten: %v", got)
+	}
+	if got := user.Config["ports"]; !reflect.DeepEqual(got, []any{"app"}) {
+		t.Errorf("user's ports changed: %#v", got)
+	}
+	if job.TaskGroups[0].Networks[0].DynamicPorts[1].To != 0 {
+		t.Errorf("app port mapped although the user chose the network: %+v", job.TaskGroups[0].Networks[0].DynamicPorts[1])
 	}
 }
 
@@ -425,7 +466,8 @@ func TestSidecarEnvParses(t *testing.T) {
 	for _, c := range goldenCases() {
 		rev, job := compileCase(t, c)
 		proxy := taskByName(t, job.TaskGroups[0], spec.SidecarTaskName)
-		nomad := strings.NewReplacer("${NOMAD_PORT_http}", "21000", "${NOMAD_PORT_app}", "21001", "${NOMAD_PORT_admin}", "21002", "${NOMAD_ALLOC_ID}", "7aeda235")
+		nomad := strings.NewReplacer("${NOMAD_PORT_http}", "21000", "${NOMAD_PORT_app}", "21001", "${NOMAD_HOST_PORT_app}", "21001",
+			"${NOMAD_IP_app}", "10.0.0.7", "${NOMAD_PORT_admin}", "21002", "${NOMAD_ALLOC_ID}", "7aeda235")
 		env := map[string]string{}
 		for k, v := range proxy.Env {
 			env[k] = nomad.Replace(v)
@@ -440,6 +482,9 @@ func TestSidecarEnvParses(t *testing.T) {
 		want.AppPort = 21001
 		if rev.Template.Network.Mode == spec.NetworkBridge {
 			want.AppPort = rev.Template.Task.Port
+		}
+		if proxy.Env[spec.EnvSidecarAppHost] != "" {
+			want.AppHost = "10.0.0.7"
 		}
 		if !reflect.DeepEqual(cfg, want) {
 			t.Errorf("%s: sidecar config\n%+v\nwant\n%+v", c.name, cfg, want)

@@ -57,7 +57,9 @@
 // sidecar at start with every problem named, exit code 2):
 //
 //	PORT                              serving port (the "http" port), required
-//	SERVERLESS_APP_PORT               the app's port on 127.0.0.1, required
+//	SERVERLESS_APP_HOST               where the app listens (default 127.0.0.1; the node's
+//	                                  address for a container with a published port)
+//	SERVERLESS_APP_PORT               the app's port on that host, required
 //	SERVERLESS_ADMIN_PORT             stats, metrics, liveness port, required
 //	SERVERLESS_SERVICE                service name (stats, metric label), required
 //	SERVERLESS_REVISION               revision name (stats, metric label), required

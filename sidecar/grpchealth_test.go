@@ -76,7 +76,7 @@ func TestGRPCProber(t *testing.T) {
 		{"db", "NOT_SERVING"},
 		{"nope", "grpc-status 5"},
 	} {
-		p, err := newProber(probeGRPC(c.service), port)
+		p, err := newProber(probeGRPC(c.service), "127.0.0.1", port)
 		if err != nil {
 			t.Fatal(err)
 		}

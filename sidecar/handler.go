@@ -39,7 +39,7 @@ type Handler struct {
 	metrics *metrics
 
 	app       *appClient             // HTTP/1.1 requests: the hot path
-	appAddr   string                 // 127.0.0.1:<app port>
+	appAddr   string                 // <app host>:<app port>
 	h1, h2    *httputil.ReverseProxy // upgrades (websocket) and HTTP/2 (h2c)
 	alwaysH2C bool
 	buffers   *bufferPool
@@ -78,7 +78,7 @@ func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *
 			" waiting); retry, or raise scaling.max so more instances share the load\n")
 	}
 
-	app := net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.AppPort))
+	app := net.JoinHostPort(appHost(cfg), strconv.Itoa(cfg.AppPort))
 	h.appAddr = app
 	h.app = newAppClient(app, maxIdleConns(cfg), 90*time.Second)
 	director := func(r *http.Request) {

@@ -3,11 +3,14 @@ package sidecar
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // A request waiting in the queue past its timeout gets 504 and leaves the
@@ -45,5 +48,46 @@ func TestQueuedRequestTimesOut(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("after release: %d", resp.StatusCode)
+	}
+}
+
+// The sidecar reaches the app, and probes it, on the configured app host (a
+// container's published port is bound on the node's address, not on
+// loopback): an app listening only on 127.0.0.2 is proxied and probed there.
+func TestAppHostIsWhereTheAppIsReached(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("127.0.0.2 is not usable here: %v", err)
+	}
+	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "from 127.0.0.2") })}
+	go app.Serve(ln)
+	t.Cleanup(func() { app.Close() })
+
+	cfg := benchConfig(ln.Addr().(*net.TCPAddr).Port, 0)
+	cfg.AppHost = "127.0.0.2"
+	cfg.Readiness = &spec.Probe{Type: spec.ProbeTCP, Timeout: time.Second, SuccessThreshold: 1, FailureThreshold: 1}
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "from 127.0.0.2" {
+		t.Fatalf("%d %q", resp.StatusCode, b)
+	}
+	p, err := newProber(*cfg.Readiness, appHost(cfg), cfg.AppPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := p.probe(ctx); err != nil {
+		t.Fatalf("probe of 127.0.0.2: %v", err)
 	}
 }

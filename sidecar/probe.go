@@ -21,13 +21,13 @@ type prober interface {
 	probe(ctx context.Context) error
 }
 
-// newProber returns the prober for p against the app on 127.0.0.1.
-func newProber(p spec.Probe, appPort int) (prober, error) {
+// newProber returns the prober for p against the app on host.
+func newProber(p spec.Probe, host string, appPort int) (prober, error) {
 	port := p.Port
 	if port == 0 {
 		port = appPort
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	switch p.Type {
 	case spec.ProbeHTTP:
 		return newHTTPProber(addr, p.Path, p.Headers), nil

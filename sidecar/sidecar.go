@@ -103,7 +103,7 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 	if cfg.Readiness != nil {
 		readiness = *cfg.Readiness
 	}
-	rp, err := newProber(readiness, cfg.AppPort)
+	rp, err := newProber(readiness, appHost(cfg), cfg.AppPort)
 	if err != nil {
 		return nil, fmt.Errorf("readiness probe: %w", err)
 	}
@@ -113,7 +113,7 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 		count: func(pass bool) { s.metrics.probes["readiness"][pass].Inc() },
 	}
 	if cfg.Liveness != nil {
-		lp, err := newProber(*cfg.Liveness, cfg.AppPort)
+		lp, err := newProber(*cfg.Liveness, appHost(cfg), cfg.AppPort)
 		if err != nil {
 			return nil, fmt.Errorf("liveness probe: %w", err)
 		}
@@ -242,7 +242,7 @@ func (s *Sidecar) Serve(ctx context.Context, serve, admin net.Listener) error {
 	go func() { errc <- fmt.Errorf("serving port: %w", srv.Serve(serve)) }()
 	go func() { errc <- fmt.Errorf("admin port: %w", adm.Serve(admin)) }()
 	s.log.Info("sidecar serving", "port", serve.Addr().String(), "admin", admin.Addr().String(),
-		"app_port", s.cfg.AppPort, "concurrency", s.cfg.Concurrency, "queue_depth", s.cfg.QueueDepth)
+		"app_host", appHost(s.cfg), "app_port", s.cfg.AppPort, "concurrency", s.cfg.Concurrency, "queue_depth", s.cfg.QueueDepth)
 
 	select {
 	case err := <-errc:
@@ -339,4 +339,12 @@ func (s *Sidecar) drainServer(srv *http.Server) DrainReport {
 	s.log.Info("drained", "waited", rep.Waited.Round(time.Millisecond).String(), "in_flight_at_start", rep.InFlightAtStart,
 		"arrived_during_drain", rep.Arrived, "completed_during_drain", rep.Completed, "abandoned", rep.Abandoned)
 	return rep
+}
+
+// appHost is where the app listens: the configured host, else loopback.
+func appHost(cfg spec.SidecarConfig) string {
+	if cfg.AppHost == "" {
+		return spec.DefaultAppHost
+	}
+	return cfg.AppHost
 }

@@ -14,7 +14,8 @@ import (
 // start. Both sides use SidecarConfig, so the contract lives in one place.
 const (
 	EnvSidecarPort        = "PORT"                   // serving port (Nomad: ${NOMAD_PORT_http})
-	EnvSidecarAppPort     = "SERVERLESS_APP_PORT"    // the user app's port on 127.0.0.1
+	EnvSidecarAppHost     = "SERVERLESS_APP_HOST"    // where the app listens; default 127.0.0.1
+	EnvSidecarAppPort     = "SERVERLESS_APP_PORT"    // the user app's port on the app host
 	EnvSidecarAdminPort   = "SERVERLESS_ADMIN_PORT"  // stats, metrics, liveness
 	EnvSidecarService     = "SERVERLESS_SERVICE"     // service name (metric label)
 	EnvSidecarRevision    = "SERVERLESS_REVISION"    // revision name (metric label)
@@ -37,7 +38,11 @@ const DefaultQueueDepthFactor = 10
 
 // SidecarConfig is the sidecar's whole configuration.
 type SidecarConfig struct {
-	Port      int
+	Port int
+	// AppHost and AppPort are where the user's app listens: 127.0.0.1 for
+	// exec drivers and bridge networking, the node's address for a
+	// container whose port Nomad publishes in host networking.
+	AppHost   string
 	AppPort   int
 	AdminPort int
 
@@ -73,6 +78,7 @@ func SidecarConfigForRevision(r Revision) SidecarConfig {
 	drain := t.Task.KillTimeout - time.Second
 	grace := min(3*time.Second, drain/2)
 	return SidecarConfig{
+		AppHost:              DefaultAppHost,
 		Service:              r.Service,
 		Revision:             r.Name(),
 		Concurrency:          t.Concurrency,
@@ -87,8 +93,11 @@ func SidecarConfigForRevision(r Revision) SidecarConfig {
 	}
 }
 
-// Env renders every setting except the three ports, which only the caller
-// knows how to spell (a number, or a Nomad interpolation).
+// DefaultAppHost is where the sidecar finds the app unless told otherwise.
+const DefaultAppHost = "127.0.0.1"
+
+// Env renders every setting except the app host and the three ports, which
+// only the caller knows how to spell (a number, or a Nomad interpolation).
 func (c SidecarConfig) Env() map[string]string {
 	env := map[string]string{
 		EnvSidecarService:     c.Service,
@@ -187,6 +196,12 @@ func ParseSidecarEnv(getenv func(string) string) (SidecarConfig, error) {
 	}
 
 	c.Port = port(EnvSidecarPort, true)
+	c.AppHost = getenv(EnvSidecarAppHost)
+	if c.AppHost == "" {
+		c.AppHost = DefaultAppHost
+	} else if strings.ContainsAny(c.AppHost, " /:") && !strings.HasPrefix(c.AppHost, "[") {
+		bad(EnvSidecarAppHost, c.AppHost, "want a host name or IP address, without a port")
+	}
 	c.AppPort = port(EnvSidecarAppPort, true)
 	c.AdminPort = port(EnvSidecarAdminPort, true)
 	c.Service = getenv(EnvSidecarService)
@@ -218,7 +233,7 @@ func ParseSidecarEnv(getenv func(string) string) (SidecarConfig, error) {
 	if c.Revision == "" {
 		errs = append(errs, fmt.Errorf("%s is not set: the sidecar needs the revision name for its stats and metrics", EnvSidecarRevision))
 	}
-	if c.Port != 0 && (c.Port == c.AppPort || c.Port == c.AdminPort) || c.AppPort != 0 && c.AppPort == c.AdminPort {
+	if c.Port != 0 && c.Port == c.AdminPort || c.AppHost == DefaultAppHost && (c.Port != 0 && c.Port == c.AppPort || c.AppPort != 0 && c.AppPort == c.AdminPort) {
 		errs = append(errs, fmt.Errorf("ports must differ: %s=%d %s=%d %s=%d", EnvSidecarPort, c.Port, EnvSidecarAppPort, c.AppPort, EnvSidecarAdminPort, c.AdminPort))
 	}
 	if c.Timeout == 0 {

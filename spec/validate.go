@@ -104,8 +104,16 @@ func (t *Template) validate() []Problem {
 		name  string
 		probe *Probe
 	}{{"readiness", t.Readiness}, {"liveness", t.Liveness}} {
-		if pr.probe != nil {
-			ps = append(ps, pr.probe.validate(pr.name)...)
+		if pr.probe == nil {
+			continue
+		}
+		ps = append(ps, pr.probe.validate(pr.name)...)
+		// A container in host networking has only its app port published
+		// to the node, so the sidecar cannot reach any other.
+		if pr.probe.Port != 0 && pr.probe.Port != t.Task.Port && t.Network.Mode == NetworkHost &&
+			(t.Task.Driver == "docker" || t.Task.Driver == "podman") && t.Task.Config["network_mode"] == nil {
+			add(pr.name+".port", fmt.Sprintf("%s probes port %d, but only the app's port %d of the container is reachable.", pr.name, pr.probe.Port, t.Task.Port),
+				"Probe the app's port, or use network { mode = \"bridge\" } so the sidecar shares the container's network.")
 		}
 	}
 

@@ -30,7 +30,8 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "It is configured by the environment the compiled job sets:")
 		for _, v := range [][2]string{
 			{spec.EnvSidecarPort, "serving port (required)"},
-			{spec.EnvSidecarAppPort, "the app's port on 127.0.0.1 (required)"},
+			{spec.EnvSidecarAppHost, "where the app listens (default 127.0.0.1)"},
+			{spec.EnvSidecarAppPort, "the app's port on that host (required)"},
 			{spec.EnvSidecarAdminPort, "stats, metrics and liveness port (required)"},
 			{spec.EnvSidecarService, "service name (required)"},
 			{spec.EnvSidecarRevision, "revision name (required)"},

@@ -64,7 +64,9 @@ job "hello-00001" {
 
       port "http" {}
 
-      port "app" {}
+      port "app" {
+        to = 8080
+      }
 
       port "admin" {}
     }
@@ -100,9 +102,9 @@ job "hello-00001" {
       kill_timeout = "30s"
 
       config {
-        args         = ["--greeting", "hi"]
-        image        = "ghcr.io/example/hello:1.2.3"
-        network_mode = "host"
+        args  = ["--greeting", "hi"]
+        image = "ghcr.io/example/hello:1.2.3"
+        ports = ["app"]
       }
 
       env {
@@ -110,7 +112,7 @@ job "hello-00001" {
         K_REVISION = "hello-00001"
         K_SERVICE  = "hello"
         LOG_LEVEL  = "info"
-        PORT       = "${NOMAD_PORT_app}"
+        PORT       = "8080"
       }
 
       resources {
@@ -136,7 +138,8 @@ job "hello-00001" {
       env {
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
-        SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"
+        SERVERLESS_APP_HOST               = "${NOMAD_IP_app}"
+        SERVERLESS_APP_PORT               = "${NOMAD_HOST_PORT_app}"
         SERVERLESS_CONCURRENCY            = "0"
         SERVERLESS_DRAIN_GRACE            = "3s"
         SERVERLESS_DRAIN_TIMEOUT          = "29s"

@@ -64,7 +64,9 @@ job "hello-00001" {
 
       port "http" {}
 
-      port "app" {}
+      port "app" {
+        to = 80
+      }
 
       port "admin" {}
     }
@@ -100,15 +102,15 @@ job "hello-00001" {
       kill_timeout = "30s"
 
       config {
-        image        = "nginxdemos/hello:plain-text"
-        network_mode = "host"
+        image = "nginxdemos/hello:plain-text"
+        ports = ["app"]
       }
 
       env {
         GREETING   = "hello from nginxdemos/hello:plain-text"
         K_REVISION = "hello-00001"
         K_SERVICE  = "hello"
-        PORT       = "${NOMAD_PORT_app}"
+        PORT       = "80"
       }
 
       resources {
@@ -134,7 +136,8 @@ job "hello-00001" {
       env {
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
-        SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"
+        SERVERLESS_APP_HOST               = "${NOMAD_IP_app}"
+        SERVERLESS_APP_PORT               = "${NOMAD_HOST_PORT_app}"
         SERVERLESS_CONCURRENCY            = "50"
         SERVERLESS_DRAIN_GRACE            = "3s"
         SERVERLESS_DRAIN_TIMEOUT          = "29s"

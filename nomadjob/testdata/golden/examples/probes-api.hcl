@@ -64,7 +64,9 @@ job "api-00001" {
 
       port "http" {}
 
-      port "app" {}
+      port "app" {
+        to = 8080
+      }
 
       port "admin" {}
     }
@@ -116,14 +118,14 @@ job "api-00001" {
       kill_timeout = "30s"
 
       config {
-        image        = "ghcr.io/example/api:1.4.2"
-        network_mode = "host"
+        image = "ghcr.io/example/api:1.4.2"
+        ports = ["app"]
       }
 
       env {
         K_REVISION = "api-00001"
         K_SERVICE  = "api"
-        PORT       = "${NOMAD_PORT_app}"
+        PORT       = "8080"
       }
 
       resources {
@@ -149,7 +151,8 @@ job "api-00001" {
       env {
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
-        SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"
+        SERVERLESS_APP_HOST               = "${NOMAD_IP_app}"
+        SERVERLESS_APP_PORT               = "${NOMAD_HOST_PORT_app}"
         SERVERLESS_CONCURRENCY            = "0"
         SERVERLESS_DRAIN_GRACE            = "3s"
         SERVERLESS_DRAIN_TIMEOUT          = "29s"

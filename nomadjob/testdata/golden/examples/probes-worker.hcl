@@ -64,7 +64,9 @@ job "worker-00001" {
 
       port "http" {}
 
-      port "app" {}
+      port "app" {
+        to = 9000
+      }
 
       port "admin" {}
     }
@@ -116,15 +118,15 @@ job "worker-00001" {
       kill_timeout = "30s"
 
       config {
-        args         = ["--listen", ":9000"]
-        image        = "ghcr.io/example/worker:0.9.0"
-        network_mode = "host"
+        args  = ["--listen", ":9000"]
+        image = "ghcr.io/example/worker:0.9.0"
+        ports = ["app"]
       }
 
       env {
         K_REVISION = "worker-00001"
         K_SERVICE  = "worker"
-        PORT       = "${NOMAD_PORT_app}"
+        PORT       = "9000"
       }
 
       resources {
@@ -150,7 +152,8 @@ job "worker-00001" {
       env {
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
-        SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"
+        SERVERLESS_APP_HOST               = "${NOMAD_IP_app}"
+        SERVERLESS_APP_PORT               = "${NOMAD_HOST_PORT_app}"
         SERVERLESS_CONCURRENCY            = "0"
         SERVERLESS_DRAIN_GRACE            = "3s"
         SERVERLESS_DRAIN_TIMEOUT          = "29s"

@@ -64,7 +64,9 @@ job "whoami-00001" {
 
       port "http" {}
 
-      port "app" {}
+      port "app" {
+        to = 8080
+      }
 
       port "admin" {}
     }
@@ -101,15 +103,15 @@ job "whoami-00001" {
       kill_timeout = "30s"
 
       config {
-        args         = ["--port", "8080"]
-        image        = "traefik/whoami:v1.10"
-        network_mode = "host"
+        args  = ["--port", "8080"]
+        image = "traefik/whoami:v1.10"
+        ports = ["app"]
       }
 
       env {
         K_REVISION = "whoami-00001"
         K_SERVICE  = "whoami"
-        PORT       = "${NOMAD_PORT_app}"
+        PORT       = "8080"
       }
 
       resources {
@@ -135,7 +137,8 @@ job "whoami-00001" {
       env {
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
-        SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"
+        SERVERLESS_APP_HOST               = "${NOMAD_IP_app}"
+        SERVERLESS_APP_PORT               = "${NOMAD_HOST_PORT_app}"
         SERVERLESS_CONCURRENCY            = "0"
         SERVERLESS_DRAIN_GRACE            = "3s"
         SERVERLESS_DRAIN_TIMEOUT          = "29s"
