@@ -35,8 +35,11 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 
+# Deploys examples/raw-exec.hcl onto Nomad and Consul dev agents and wakes it
+# from zero; without nomad and consul on PATH, says where to get them and runs
+# the local demonstration (dev -demo) instead.
 demo: build
-	$(BIN) dev -demo
+	$(BIN) dev -deploy examples/raw-exec.hcl -or-demo
 
 clean:
 	rm -rf bin

@@ -145,7 +145,7 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 	var head respHead
 	for {
 		var err error
-		head, err = uc.readHead(dst, r.Method == http.MethodHead)
+		head, err = uc.readHead(dst, r.Method == http.MethodHead, f.vals[:0])
 		if err != nil {
 			res.gotResponse = head.got
 			return res, err
@@ -217,7 +217,7 @@ var errBadResponse = errors.New("malformed HTTP response from the instance")
 // hop-by-hop headers (and those Connection names). The block becomes one
 // string that keys and values slice, so a response head costs a couple of
 // allocations whatever its size.
-func (uc *upConn) readHead(dst http.Header, head bool) (respHead, error) {
+func (uc *upConn) readHead(dst http.Header, head bool, vals []string) (respHead, error) {
 	h := respHead{length: -1}
 	block := uc.scratch[:0]
 	for {
@@ -297,7 +297,9 @@ func (uc *upConn) readHead(dst http.Header, head bool) (respHead, error) {
 		if old, ok := dst[k]; ok {
 			dst[k] = append(old, v)
 		} else {
-			dst[k] = []string{v}
+			n := len(vals)
+			vals = append(vals, v)
+			dst[k] = vals[n : n+1 : n+1]
 		}
 	}
 	for _, c := range conn {

@@ -13,6 +13,13 @@
 // Everything is read from a catalog.Catalog; the routing table is rebuilt
 // when it changes and swapped in atomically, so requests take no lock to be
 // routed.
+//
+// Plain HTTP/1.1 requests (no body, no upgrade: most traffic) cross the
+// gateway on its own paths at both ends: keep-alive client connections are
+// taken from net/http into a loop of the gateway's (keepalive.go, package
+// internal/keepalive) and requests go to sidecars over the gateway's own
+// connection pool (forward.go); everything else goes through net/http and
+// httputil.ReverseProxy.
 package activator
 
 import (
@@ -120,6 +127,9 @@ const (
 	// skipped; maxRetries bounds the retries of one request.
 	refusedPause = time.Second
 	maxRetries   = 3
+	// takeOverDrain bounds how long Run waits, when it ends, for requests
+	// on taken-over connections (serve's own shutdown allows 30s).
+	takeOverDrain = 30 * time.Second
 )
 
 // Gateway is the gateway and activator. ServeHTTP is safe for concurrent
@@ -155,6 +165,9 @@ type Gateway struct {
 	healthy       atomic.Bool
 	bg            sync.WaitGroup // wake goroutines
 	runCtx        atomic.Pointer[context.Context]
+
+	takeOversMu sync.Mutex
+	takeOvers   []*takeOver // one per Server
 }
 
 // New checks cfg and returns a gateway that already routes by the
@@ -311,6 +324,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 			g.buildMu.Unlock()
 			g.bg.Wait()
+			g.stopTakeOvers(takeOverDrain)
 			return nil
 		case <-changed:
 			g.safeRebuild()
@@ -438,14 +452,43 @@ func (g *Gateway) maybeWake(r *revision) {
 // Server returns an http.Server for user traffic with the gateway's limits:
 // header size, read-header and idle timeouts. Per-request read and write
 // deadlines are set by ServeHTTP from the revision's timeout.
+//
+// Its keep-alive connections with plain requests are served by the
+// gateway's own loop (keepalive.go). Shutdown closes them as it closes its
+// own (idle ones at once, busy ones after their response), but it does
+// not wait for them: Run does, when its context ends, so stop both.
 func (g *Gateway) Server(addr string) *http.Server {
-	return &http.Server{
+	t := newTakeOver(g)
+	g.takeOversMu.Lock()
+	g.takeOvers = append(g.takeOvers, t)
+	g.takeOversMu.Unlock()
+	srv := &http.Server{
 		Addr:              addr,
 		Handler:           g,
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
 		IdleTimeout:       g.cfg.IdleTimeout,
 		MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, takeOverKey{}, t)
+		},
+	}
+	srv.RegisterOnShutdown(t.shutdown)
+	return srv
+}
+
+// stopTakeOvers closes the taken-over connections (idle ones at once, busy
+// ones after their response) and waits up to d for them.
+func (g *Gateway) stopTakeOvers(d time.Duration) {
+	g.takeOversMu.Lock()
+	ts := slices.Clone(g.takeOvers)
+	g.takeOversMu.Unlock()
+	for _, t := range ts {
+		t.shutdown()
+	}
+	deadline := time.Now().Add(d)
+	for _, t := range ts {
+		t.wait(time.Until(deadline))
 	}
 }
 

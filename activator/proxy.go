@@ -32,6 +32,10 @@ type forward struct {
 	status int   // the instance's status code, 0 if none
 	err    error // why the proxy failed, if it did
 	tries  int
+	// vals backs the values of the response header forwardH1 reads:
+	// one allocation with the forward instead of one per header. A forward
+	// is never reused, so the header map may keep them after the request.
+	vals [12]string
 }
 
 type forwardKey struct{}
@@ -41,8 +45,19 @@ func forwardOf(r *http.Request) *forward {
 	return f
 }
 
-// ServeHTTP routes and proxies one user request.
+// ServeHTTP routes and proxies one user request. A plain request on a
+// keep-alive connection of a server from Gateway.Server moves the
+// connection into the gateway's own keep-alive loop (keepalive.go), which
+// serves it and the requests that follow.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if t, ok := r.Context().Value(takeOverKey{}).(*takeOver); ok && t.eligible(r) && t.serve(w, r) {
+		return
+	}
+	g.serveHTTP(w, r)
+}
+
+// serveHTTP routes and proxies one request, whichever server read it.
+func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	defer g.recoverPanic(w, r)
 

@@ -102,7 +102,10 @@ func (d *Decider) Decide(in Inputs, now time.Time) Decision {
 			d.panicTime, d.maxPanic = now, in.Ready
 		}
 	}
-	if !d.initialized && (in.Ready >= s.Initial || now.Sub(d.firstSeen) >= initialScaleDeadline) {
+	// Someone else taking the count to zero (deploy stopping a revision
+	// that failed to start, an operator) ends the initial scale too: the
+	// autoscaler must not bring back what was put to sleep on purpose.
+	if !d.initialized && (in.Ready >= s.Initial || in.Count == 0 || now.Sub(d.firstSeen) >= initialScaleDeadline) {
 		d.initialized = true
 	}
 	if in.ActivatorInPath {

@@ -174,6 +174,16 @@ func TestDecider(t *testing.T) {
 			},
 		},
 		{
+			name:    "initial: ended when the count is taken to zero from outside",
+			scaling: func(s *spec.Scaling) { s.Initial = 2; s.ScaleToZeroGrace = 0 },
+			steps: []step{
+				{at: 0, in: Inputs{Count: 2, Observed: seen(0, 0), ActivatorInPath: true}, want: 2, rule: RuleInitial},
+				// deploy gave up on the revision and scaled it to zero.
+				{at: sec(30), in: Inputs{Count: 0, Observed: seen(0, 0), ActivatorInPath: true}, want: 0, rule: RuleZero},
+				{at: sec(32), in: Inputs{Count: 0, Observed: seen(0, 0), ActivatorInPath: true}, want: 0, rule: RuleZero},
+			},
+		},
+		{
 			name:    "initial: given up after the progress deadline",
 			scaling: func(s *spec.Scaling) { s.Initial = 2; s.ScaleToZeroGrace = 0 },
 			steps: []step{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -188,7 +189,13 @@ func (c *Client) StandInID(revision string) string {
 // DNS) that do not read config entries. Call it while the revision has no
 // ready instance; everything of ours that counts instances skips it. Its TCP
 // check on the activator removes it if this replica dies.
-func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, addr string, port int) error {
+//
+// tags are the revision's own service tags (its instances'), which the
+// stand-in carries too: such proxies are configured by the tags of each
+// instance (Traefik skips an instance without traefik.enable=true and takes
+// its router rule from them), so a stand-in without them would never get
+// the request that should wake the revision.
+func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, addr string, port int, tags ...string) error {
 	op := "register the activator stand-in for " + revision
 	svc, _, ok := spec.ParseRevisionName(revision)
 	switch {
@@ -201,10 +208,16 @@ func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, 
 	case port <= 0 || port > 65535:
 		return fmt.Errorf("%s: port %d is not a TCP port", op, port)
 	}
+	all := []string{spec.TagServerless, spec.TagServicePrefix + service, spec.TagActivator}
+	for _, t := range tags {
+		if !slices.Contains(all, t) {
+			all = append(all, t)
+		}
+	}
 	reg := &api.AgentServiceRegistration{
 		ID:      c.StandInID(revision),
 		Name:    revision,
-		Tags:    []string{spec.TagServerless, spec.TagServicePrefix + service, spec.TagActivator},
+		Tags:    all,
 		Port:    port,
 		Address: addr,
 		Meta: map[string]string{

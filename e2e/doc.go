@@ -9,9 +9,10 @@
 // Where the agents come from (see Decide):
 //   - NOMAD_ADDR and CONSUL_HTTP_ADDR set: those running agents;
 //   - else `nomad` and `consul` on PATH: the suite starts a Consul dev agent
-//     and a Nomad dev agent (loopback only, free ports, data in a temporary
-//     directory, raw_exec enabled, Nomad registering in that Consul) and
-//     stops both at the end;
+//     and a Nomad dev agent with internal/devagents, as `nomad-serverless
+//     dev` does (loopback only, free ports, data in a temporary directory,
+//     raw_exec enabled, Nomad registering in that Consul), and stops both at
+//     the end;
 //   - else it prints one line saying what it skipped and why. Plain
 //     `go test ./e2e/` then passes (only the unit tests of this package's
 //     helpers run); with `-args -require` (what `make e2e` passes) it fails,
@@ -19,7 +20,12 @@
 //
 // Run: make e2e   (or: go test -count=1 -v -timeout 30m ./e2e/ -args -require)
 //
-// The files without _test hold pure helpers (the skip decision, the agent
-// configurations, the timing table, the cold-start split, the load client,
-// the service files) with unit tests that need no agents.
+// The scenarios drive the binary the way a user does (deploy, traffic,
+// delete, serve, dev -deploy, install) and read its output where users read
+// it (deploy's ready and URL lines, serve's admin API), then check what
+// Nomad and Consul themselves say through their API clients.
+//
+// The files without _test hold pure helpers (the skip decision, deploy's
+// output read back, the timing table, the cold-start split, the load
+// client, the service files) with unit tests that need no agents.
 package e2e

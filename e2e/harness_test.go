@@ -19,6 +19,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	nomad "github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
 	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
@@ -35,6 +36,9 @@ type harness struct {
 	dir    string
 	// env is added to the binary's environment (tokens in the ACL test).
 	env map[string]string
+	// serveConsul, when set, is the Consul the serve processes register in
+	// (the ACL scenario's second pair of agents); default consul.
+	serveConsul *consul.Client
 	// scenario names the rows this scenario adds to the timing table.
 	scenario string
 }
@@ -101,10 +105,10 @@ func (h *harness) mustCLI(args ...string) string {
 }
 
 // deploy deploys a file with the binary under test as the sidecar (raw_exec
-// on the local node) and returns deploy's output.
-func (h *harness) deploy(file string) string {
+// on the local node) and returns deploy's output, read back.
+func (h *harness) deploy(file string) DeployOutput {
 	h.t.Helper()
-	return h.mustCLI("deploy", "-sidecar-command", h.bin, "-wait", "3m", file)
+	return ParseDeployOutput(h.mustCLI("deploy", "-sidecar-command", h.bin, "-wait", "3m", file))
 }
 
 // writeServices writes a service file into the scenario's directory.
@@ -169,8 +173,12 @@ type gateway struct {
 }
 
 // startServe runs `serve` on the given addresses ("" picks free ports) and
-// waits for its admin /healthz. testbin stops it (SIGTERM) at the end of
-// the test.
+// waits until it is what a user needs before deploying: its admin /healthz
+// answers, Consul lists it as a passing instance of
+// nomad-serverless-activator (so deploy prints its URL), and it leads the
+// autoscaler (its admin /v1/autoscaler/revisions answers 200, not 503 "not
+// the leader"; the previous scenario's serve may hold the lock a little
+// while). testbin stops it (SIGTERM) at the end of the test.
 func (h *harness) startServe(replica, listen, admin string) *gateway {
 	h.t.Helper()
 	if listen == "" {
@@ -182,20 +190,116 @@ func (h *harness) startServe(replica, listen, admin string) *gateway {
 	p := testbin.Start(h.t, h.bin, []string{"serve", "-listen", listen, "-admin-listen", admin, "-domain", "localhost", "-replica", replica}, h.env)
 	g := &gateway{proc: p, listen: listen, admin: admin}
 	client := NewClient(4)
-	eventually(h.t, 30*time.Second, "serve "+replica+" answers /healthz on "+admin, func() (bool, string) {
+	alive := func() {
 		select {
 		case <-p.Done():
 			h.t.Fatalf("serve exited:\n%s", p.Output())
 		default:
 		}
-		resp, err := client.Get(g.adminURL() + "/healthz")
+	}
+	eventually(h.t, 30*time.Second, "serve "+replica+" answers /healthz on "+admin, func() (bool, string) {
+		alive()
+		status, _, err := getBody(client, g.adminURL()+"/healthz")
 		if err != nil {
 			return false, err.Error()
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
+		return status == http.StatusOK, fmt.Sprintf("status %d", status)
+	})
+	consulClient := h.consul
+	if h.serveConsul != nil {
+		consulClient = h.serveConsul
+	}
+	_, port, _ := strings.Cut(listen, ":")
+	eventually(h.t, 30*time.Second, "Consul lists serve "+replica+" as a passing "+spec.ActivatorServiceName, func() (bool, string) {
+		alive()
+		entries, _, err := consulClient.Health().Service(spec.ActivatorServiceName, "", true, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range entries {
+			seen = append(seen, e.Service.ID)
+			if e.Service.Meta[consulroute.MetaReplica] == replica && strconv.Itoa(e.Service.Port) == port {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("passing instances %v", seen)
+	})
+	eventually(h.t, 60*time.Second, "serve "+replica+" leads the autoscaler", func() (bool, string) {
+		alive()
+		status, body, err := getBody(client, g.adminURL()+"/v1/autoscaler/revisions")
+		if err != nil {
+			return false, err.Error()
+		}
+		return status == http.StatusOK, fmt.Sprintf("status %d %s", status, strings.TrimSpace(body))
 	})
 	return g
+}
+
+// gatewayRevision is one revision in the gateway's view
+// (/v1/activator/revisions on the admin API).
+type gatewayRevision struct {
+	Revision  string `json:"revision"`
+	Service   string `json:"service"`
+	Instances []struct {
+		Address string `json:"address"`
+		Alloc   string `json:"alloc"`
+	} `json:"instances"`
+}
+
+// gatewayView reads the revisions the gateway routes to, with their
+// instances.
+func (g *gateway) gatewayView(t *testing.T) map[string]gatewayRevision {
+	t.Helper()
+	var revs []gatewayRevision
+	if err := g.adminJSON("/v1/activator/revisions", &revs); err != nil {
+		t.Fatalf("gateway view: %v", err)
+	}
+	out := map[string]gatewayRevision{}
+	for _, r := range revs {
+		out[r.Revision] = r
+	}
+	return out
+}
+
+// autoscalerRevision is one revision in the leading autoscaler's view
+// (/v1/autoscaler/revisions).
+type autoscalerRevision struct {
+	Service  string `json:"service"`
+	Revision string `json:"revision"`
+	Desired  int    `json:"desired"`
+	Count    int    `json:"count"`
+	Actual   int    `json:"actual"`
+	Reason   string `json:"reason"`
+}
+
+// autoscalerView reads the autoscaler's state of a service's revisions; it
+// fails (503 "not the leader") on a replica that does not lead.
+func (g *gateway) autoscalerView(service string) (map[string]autoscalerRevision, error) {
+	var revs []autoscalerRevision
+	if err := g.adminJSON("/v1/autoscaler/revisions?service="+service, &revs); err != nil {
+		return nil, err
+	}
+	out := map[string]autoscalerRevision{}
+	for _, r := range revs {
+		out[r.Revision] = r
+	}
+	return out, nil
+}
+
+// adminJSON GETs an admin path and decodes its 200 answer.
+func (g *gateway) adminJSON(path string, v any) error {
+	status, body, err := getBody(NewClient(1), g.adminURL()+path)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d: %s", path, status, strings.TrimSpace(body))
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		return fmt.Errorf("GET %s: %w: %s", path, err, body)
+	}
+	return nil
 }
 
 func (g *gateway) url() string      { return "http://" + g.listen }
@@ -299,6 +403,17 @@ func (h *harness) passing(rev string) []*consul.ServiceEntry {
 		}
 	}
 	return out
+}
+
+// standIns are the activator's stand-in instances in a revision's Consul
+// service (tagged activator), whatever their health.
+func (h *harness) standIns(rev string) []*consul.ServiceEntry {
+	h.t.Helper()
+	entries, _, err := h.consul.Health().Service(rev, spec.TagActivator, false, nil)
+	if err != nil {
+		h.t.Fatalf("stand-ins of %s: %v", rev, err)
+	}
+	return entries
 }
 
 // appAddr is where an allocation's user app listens (its "app" port).

@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -21,8 +20,6 @@ import (
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
 	nomad "github.com/hashicorp/nomad/api"
 
 	svchcl "github.com/nomad-serverless/nomad-serverless/hcl"
@@ -79,87 +76,6 @@ func TestUnitDecide(t *testing.T) {
 				t.Errorf("%s: binaries %q %q", tc.name, p.NomadBin, p.ConsulBin)
 			}
 		}
-	}
-}
-
-// hclAttrs flattens an agent configuration into "block.label.attr" -> value.
-func hclAttrs(t *testing.T, src string) map[string]string {
-	t.Helper()
-	f, diags := hclsyntax.ParseConfig([]byte(src), "agent.hcl", hcl.InitialPos)
-	if diags.HasErrors() {
-		t.Fatalf("does not parse: %v\n%s", diags, src)
-	}
-	out := map[string]string{}
-	var walk func(string, *hclsyntax.Body)
-	walk = func(prefix string, b *hclsyntax.Body) {
-		for name, a := range b.Attributes {
-			v, d := a.Expr.Value(nil)
-			if d.HasErrors() {
-				t.Fatalf("%s%s: %v", prefix, name, d)
-			}
-			switch v.Type().FriendlyName() {
-			case "string":
-				out[prefix+name] = v.AsString()
-			case "number":
-				out[prefix+name] = v.AsBigFloat().Text('f', -1)
-			case "bool":
-				out[prefix+name] = strconv.FormatBool(v.True())
-			}
-		}
-		for _, blk := range b.Blocks {
-			walk(prefix+strings.Join(append([]string{blk.Type}, blk.Labels...), ".")+".", blk.Body)
-		}
-	}
-	walk("", f.Body.(*hclsyntax.Body))
-	return out
-}
-
-func TestUnitAgentConfigs(t *testing.T) {
-	p := AgentPorts{ConsulHTTP: 1, ConsulDNS: 2, ConsulServer: 3, ConsulSerfLAN: 4, ConsulSerfWAN: 5, ConsulGRPC: 6, NomadHTTP: 7, NomadRPC: 8, NomadSerf: 9}
-	check := func(name string, got map[string]string, want map[string]string, absent ...string) {
-		t.Helper()
-		for k, v := range want {
-			if got[k] != v {
-				t.Errorf("%s: %s = %q, want %q", name, k, got[k], v)
-			}
-		}
-		for _, k := range absent {
-			if _, ok := got[k]; ok {
-				t.Errorf("%s: %s is set", name, k)
-			}
-		}
-	}
-	check("consul", hclAttrs(t, ConsulConfig(p, nil)), map[string]string{
-		"bind_addr": "127.0.0.1", "client_addr": "127.0.0.1", "advertise_addr": "127.0.0.1",
-		"ports.http": "1", "ports.dns": "2", "ports.server": "3", "ports.serf_lan": "4", "ports.serf_wan": "5", "ports.grpc": "6", "ports.grpc_tls": "-1",
-	}, "acl.enabled")
-	check("nomad", hclAttrs(t, NomadConfig(p, "/tmp/d", nil)), map[string]string{
-		"data_dir": "/tmp/d", "bind_addr": "127.0.0.1", "ports.http": "7", "ports.rpc": "8", "ports.serf": "9",
-		"advertise.http": "127.0.0.1", "consul.address": "127.0.0.1:1", "consul.grpc_address": "127.0.0.1:6",
-		"plugin.raw_exec.config.enabled": "true",
-	}, "acl.enabled", "consul.token")
-
-	acl := &ACL{ConsulManagementToken: "c0ffee00-0000-4000-8000-000000000001"}
-	check("consul+acl", hclAttrs(t, ConsulConfig(p, acl)), map[string]string{
-		"acl.enabled": "true", "acl.default_policy": "deny",
-		"acl.tokens.initial_management": acl.ConsulManagementToken, "acl.tokens.agent": acl.ConsulManagementToken,
-	})
-	check("nomad+acl", hclAttrs(t, NomadConfig(p, "/tmp/d", acl)), map[string]string{
-		"acl.enabled": "true", "consul.token": acl.ConsulManagementToken,
-	})
-}
-
-func TestUnitFreePortsAreDistinct(t *testing.T) {
-	p, err := FreePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[int]bool{}
-	for _, port := range []int{p.ConsulHTTP, p.ConsulDNS, p.ConsulServer, p.ConsulSerfLAN, p.ConsulSerfWAN, p.ConsulGRPC, p.NomadHTTP, p.NomadRPC, p.NomadSerf} {
-		if port <= 0 || seen[port] {
-			t.Fatalf("ports %+v: %d repeated or invalid", p, port)
-		}
-		seen[port] = true
 	}
 }
 
@@ -443,5 +359,43 @@ func TestUnitChainSummary(t *testing.T) {
 	}
 	if empty := SummarizeChain(nil); len(empty.Splits)+len(empty.Tags)+len(empty.Failover) != 0 {
 		t.Errorf("nil chain: %+v", empty)
+	}
+}
+
+// TestUnitParseDeployOutput reads what deploy prints (its formats in
+// cmd/nomad-serverless/deploy.go), progress lines included.
+func TestUnitParseDeployOutput(t *testing.T) {
+	text := strings.Join([]string{
+		"e2e-split-00002: registered (generation 2)",
+		"e2e-split-00002: 0/1 ready · no allocations yet · 0s",
+		"e2e-split-00002: 0/1 ready · allocations 1 running · 1.1s",
+		"e2e-split-00002: ready (1/1 instances passing) in 2.3s",
+		"e2e-split: route published (e2e-split-00001 100%, tag old -> e2e-split-00001)",
+		"e2e-split: deleted old revision e2e-split-00000 (unrouted, untagged, older than 3 kept)",
+		"e2e-split: http://e2e-split.default.localhost/  (curl -H 'Host: e2e-split.default.localhost' http://127.0.0.1:38123/)",
+		"e2e-other-00001: template unchanged; no new revision",
+		"e2e-other-00001: scaled to zero; the first request wakes it",
+		"e2e-other: no gateway is running (start `nomad-serverless serve`); mesh clients reach the service as \"e2e-other\"",
+		"",
+	}, "\n")
+	d := ParseDeployOutput(text)
+	if fmt.Sprint(d.Registered) != "map[e2e-split-00002:2]" {
+		t.Errorf("registered = %v", d.Registered)
+	}
+	if fmt.Sprint(d.Ready) != "map[e2e-split-00002:{1 1}]" {
+		t.Errorf("ready = %v", d.Ready)
+	}
+	if d.Routes["e2e-split"] != "e2e-split-00001 100%, tag old -> e2e-split-00001" || len(d.Routes) != 1 {
+		t.Errorf("routes = %v", d.Routes)
+	}
+	want := ServiceURL{URL: "http://e2e-split.default.localhost/", Host: "e2e-split.default.localhost", Gateway: "127.0.0.1:38123"}
+	if d.URLs["e2e-split"] != want || len(d.URLs) != 1 {
+		t.Errorf("urls = %+v", d.URLs)
+	}
+	if fmt.Sprint(d.Unchanged) != "[e2e-other-00001]" || fmt.Sprint(d.Deleted) != "[e2e-split-00000]" {
+		t.Errorf("unchanged %v deleted %v", d.Unchanged, d.Deleted)
+	}
+	if d.Text != text {
+		t.Errorf("text not kept")
 	}
 }

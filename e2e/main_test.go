@@ -13,6 +13,8 @@ import (
 
 	consul "github.com/hashicorp/consul/api"
 	nomad "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
 )
 
 var (
@@ -31,7 +33,7 @@ type Suite struct {
 	// NomadAddr and ConsulAddr as NOMAD_ADDR and CONSUL_HTTP_ADDR want them.
 	NomadAddr, ConsulAddr string
 	// Agents is nil when the suite uses running agents.
-	Agents  *Agents
+	Agents  *devagents.Agents
 	Timings *Timings
 }
 
@@ -79,13 +81,13 @@ func runSuite(m *testing.M) int {
 		// The scenarios' own clients and subprocesses get addresses (and
 		// no stray token or namespace) from the suite alone.
 		for _, kv := range os.Environ() {
-			if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "NOMAD_") || strings.HasPrefix(k, "CONSUL_") {
+			if k, _, _ := strings.Cut(kv, "="); devagents.ClusterVar(k) {
 				os.Unsetenv(k)
 			}
 		}
 		fmt.Printf("e2e: starting Consul (%s) and Nomad (%s) dev agents in %s\n", plan.ConsulBin, plan.NomadBin, dir)
 		start := time.Now()
-		s.Agents, err = StartDevAgents(ctx, StartOptions{NomadBin: plan.NomadBin, ConsulBin: plan.ConsulBin, Dir: dir, ReadyTimeout: 2 * time.Minute})
+		s.Agents, err = devagents.Start(ctx, devAgentOptions(plan, dir, nil))
 		if err != nil {
 			fmt.Println("e2e: FAILED: start agents:", err)
 			fmt.Println("e2e: agent logs kept in", dir)
@@ -109,7 +111,7 @@ func runSuite(m *testing.M) int {
 	fmt.Print(FormatTable(s.Timings.Rows()))
 
 	if s.Agents != nil {
-		for _, k := range s.Agents.Stop(45 * time.Second) {
+		for _, k := range s.Agents.Stop(agentStopGrace) {
 			fmt.Println("e2e:", k)
 			code = max(code, 1)
 		}
@@ -120,6 +122,21 @@ func runSuite(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// agentStopGrace is how long an agent may take to stop after SIGINT; Nomad
+// stops its allocations first.
+const agentStopGrace = 45 * time.Second
+
+// devAgentOptions are the suite's agents: DEBUG logs in dir, generous
+// bounds, ACLs when acl is set.
+func devAgentOptions(p Plan, dir string, acl *devagents.ACL) devagents.Options {
+	return devagents.Options{
+		NomadBin: p.NomadBin, ConsulBin: p.ConsulBin, Dir: dir,
+		Config:       devagents.ConfigOptions{LogLevel: "DEBUG", ACL: acl},
+		ReadyTimeout: 2 * time.Minute,
+		StopGrace:    agentStopGrace,
+	}
 }
 
 // reachable checks that the agents NOMAD_ADDR and CONSUL_HTTP_ADDR (with

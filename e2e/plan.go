@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"strings"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
 )
 
 // Mode is where the suite gets its agents from.
@@ -26,11 +28,6 @@ type Plan struct {
 	NomadBin, ConsulBin   string // StartAgents
 	// Reason says why (Skip, Misconfigured).
 	Reason string
-}
-
-// InstallURL is where the agents' binaries come from.
-func InstallURL(name string) string {
-	return "https://developer.hashicorp.com/" + name + "/install"
 }
 
 // Decide picks the agents' source from the environment and PATH. lookPath is
@@ -57,7 +54,7 @@ func Decide(getenv func(string) string, lookPath func(string) (string, error)) P
 	}{{"nomad", nerr}, {"consul", cerr}} {
 		if m.err != nil {
 			missing = append(missing, m.name)
-			urls = append(urls, InstallURL(m.name))
+			urls = append(urls, devagents.InstallURL(m.name))
 		}
 	}
 	verb := "is"

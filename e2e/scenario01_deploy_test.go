@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -35,10 +36,14 @@ func TestE2E1DeployReadyRequest(t *testing.T) {
 	start := time.Now()
 	out := h.deploy(file)
 	h.timing("deploy (register, publish, wait for an instance)", time.Since(start))
-	// deploy runs without the control plane and does not know its domain;
-	// the URL it prints names the service in its namespace.
-	if !strings.Contains(out, svc+".default.") {
-		t.Errorf("deploy does not print the service's URL (%s.default.<domain>):\n%s", svc, out)
+	// What deploy says: a new revision, ready, routed, and where the
+	// gateway serve registered in Consul answers for it.
+	if out.Registered[rev] != 1 || out.Ready[rev] != (Ready{Passing: 1, Want: 1}) || out.Routes[svc] != rev+" 100%" {
+		t.Errorf("deploy's report: registered %v, ready %v, routes %v:\n%s", out.Registered, out.Ready, out.Routes, out.Text)
+	}
+	wantURL := ServiceURL{URL: "http://" + host(svc, "") + "/", Host: host(svc, ""), Gateway: g.listen}
+	if out.URLs[svc] != wantURL {
+		t.Errorf("deploy's URL line = %+v, want %+v:\n%s", out.URLs[svc], wantURL, out.Text)
 	}
 
 	// Nomad: the revision job with the contract's shape, one instance running.
@@ -74,6 +79,21 @@ func TestE2E1DeployReadyRequest(t *testing.T) {
 		t.Errorf("KV copy of the service missing: %v", err)
 	}
 
+	// The gateway routes to the instance Nomad runs, and the autoscaler
+	// (this serve leads) counts it.
+	alloc := h.liveAllocs(rev)[0].ID
+	eventually(t, 10*time.Second, "the gateway routes "+rev+" to allocation "+alloc, func() (bool, string) {
+		v := g.gatewayView(t)[rev]
+		return len(v.Instances) == 1 && v.Instances[0].Alloc == alloc, fmt.Sprintf("%+v", v)
+	})
+	eventually(t, 10*time.Second, "the autoscaler counts one instance of "+rev, func() (bool, string) {
+		v, err := g.autoscalerView(svc)
+		if err != nil {
+			return false, err.Error()
+		}
+		return v[rev].Count == 1 && v[rev].Actual == 1, fmt.Sprintf("%+v", v)
+	})
+
 	// A request through the gateway reaches the app.
 	client := NewClient(4)
 	o := g.request(svc, "", "/", client).Do(context.Background())
@@ -81,12 +101,14 @@ func TestE2E1DeployReadyRequest(t *testing.T) {
 		t.Fatalf("GET via gateway: %s, app %q", o.Describe(), o.App)
 	}
 	h.timing("request through the gateway, warm", o.End.Sub(o.Start))
-	if st := h.appStats(h.liveAllocs(rev)[0].ID); st.Requests < 1 {
+	if st := h.appStats(alloc); st.Requests < 1 {
 		t.Errorf("the app counted %d requests, want the one sent", st.Requests)
 	}
 
 	// The same file again makes no new revision.
-	h.deploy(file)
+	if again := h.deploy(file); len(again.Registered) != 0 || len(again.Unchanged) != 1 || again.Unchanged[0] != rev {
+		t.Errorf("deploying the same file again: registered %v, unchanged %v:\n%s", again.Registered, again.Unchanged, again.Text)
+	}
 	if _, _, err := h.nomad.Jobs().Info(revision(svc, 2), nil); err == nil {
 		t.Errorf("deploying the same file again registered %s", revision(svc, 2))
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	nomad "github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -41,6 +44,21 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 	}
 	t.Logf("scaled to zero: %q", toZero.Message)
 
+	// At zero, serve stands in for the revision in its Consul service
+	// (tagged activator, pointing at the gateway) for catalog-driven
+	// proxies; a real instance passing takes it out again.
+	_, gwPort, _ := strings.Cut(g.listen, ":")
+	eventually(t, 30*time.Second, "serve registers a stand-in for "+rev+" at zero", func() (bool, string) {
+		var seen []string
+		for _, e := range h.standIns(rev) {
+			seen = append(seen, fmt.Sprintf("%s %s:%d %v", e.Service.ID, e.Service.Address, e.Service.Port, e.Service.Meta))
+			if e.Service.Meta[consulroute.MetaReplica] == "e2e-2" && strconv.Itoa(e.Service.Port) == gwPort {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("stand-ins %v", seen)
+	})
+
 	client := NewClient(128)
 	const wakes = 5
 	for i := 1; i <= wakes; i++ {
@@ -60,6 +78,12 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 			h.timing("scale call -> first byte", cs.FirstByte.Sub(cs.ScaleCall))
 		}
 		t.Logf("wake %d: %v", i, cs.Split())
+		if i == 1 {
+			eventually(t, 30*time.Second, "the stand-in for "+rev+" goes once an instance passes", func() (bool, string) {
+				n := len(h.standIns(rev))
+				return n == 0, fmt.Sprintf("%d stand-ins, %d passing", n, len(h.passing(rev)))
+			})
+		}
 	}
 	rows := h.s.Timings.Rows()
 	for _, r := range rows {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,8 +35,11 @@ func (h *harness) twoRevisions(svc string, v2Traffic []Traffic) (rev1, rev2 stri
 	s.Env = map[string]string{"TESTAPP_NAME": "v2"}
 	s.Traffic = v2Traffic
 	start := time.Now()
-	h.deploy(h.writeServices(svc+"-v2.hcl", s))
+	out := h.deploy(h.writeServices(svc+"-v2.hcl", s))
 	h.timing("deploy of a second revision", time.Since(start))
+	if out.Registered[rev2] != 2 || out.Ready[rev2].Passing < 1 {
+		h.t.Errorf("deploy of v2 did not report %s registered and ready:\n%s", rev2, out.Text)
+	}
 	if len(h.passing(rev2)) == 0 {
 		h.t.Fatalf("deploy returned before %s had a passing instance", rev2)
 	}
@@ -53,6 +57,10 @@ func TestE2E4TrafficSplitUnderLoad(t *testing.T) {
 	rev1, rev2 := h.twoRevisions(svc, []Traffic{{Revision: rev1, Percent: 100}})
 	if s := h.splits(svc); len(s) != 1 || s[rev1] != 100 {
 		t.Fatalf("after deploying %s pinned to %s the splitter is %v", rev2, rev1, s)
+	}
+	// traffic prints the route it published, in deploy's words.
+	if out := h.mustCLI("traffic", "-to", rev1+"=100", svc); !strings.Contains(out, svc+": route published ("+rev1+" 100%)") {
+		t.Errorf("traffic -to %s=100 printed:\n%s", rev1, out)
 	}
 
 	load := StartLoad(context.Background(), g.request(svc, "", "/?sleep=20ms", NewClient(32)), 8, 0, 3*time.Minute)

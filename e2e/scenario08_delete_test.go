@@ -111,8 +111,8 @@ func TestE2E8BadFileAndDelete(t *testing.T) {
 	if code == 0 {
 		t.Fatalf("deploy of a file with an invalid service succeeded:\n%s%s", out, errOut)
 	}
-	if msg := out + errOut; !strings.Contains(msg, filepath.Base(path)) || !strings.Contains(msg, "min") {
-		t.Errorf("deploy's refusal does not name the file and the setting:\n%s", msg)
+	if msg := out + errOut; !strings.Contains(msg, filepath.Base(path)) || !strings.Contains(msg, "min 4 is greater than max 2") || !strings.Contains(msg, "Nothing was deployed.") {
+		t.Errorf("deploy's refusal does not name the file and the setting, or does not say nothing was deployed:\n%s", msg)
 	}
 	for _, svc := range []string{good, bad} {
 		found, checked := h.leftovers(svc, []string{revision(svc, 1)})
@@ -130,6 +130,12 @@ func TestE2E8BadFileAndDelete(t *testing.T) {
 	s.Traffic = []Traffic{{Revision: revision(del, 1), Percent: 50}, {Latest: true, Percent: 50, Tag: "new"}}
 	h.deploy(h.writeServices("del-v2.hcl", s))
 	revs := []string{revision(del, 1), revision(del, 2)}
+	eventually(t, 30*time.Second, "the gateway knows both revisions of "+del, func() (bool, string) {
+		view := g.gatewayView(t)
+		_, ok1 := view[revs[0]]
+		_, ok2 := view[revs[1]]
+		return ok1 && ok2, fmt.Sprintf("%+v", view)
+	})
 	if found, _ := h.leftovers(del, revs); len(found) == 0 {
 		t.Fatalf("the deployed service left no trace to delete: the leftovers check sees nothing")
 	}
@@ -138,7 +144,12 @@ func TestE2E8BadFileAndDelete(t *testing.T) {
 	}
 
 	start := time.Now()
-	h.mustCLI("delete", del)
+	out = h.mustCLI("delete", del)
+	for _, want := range append([]string{del + ": route removed from Consul"}, revs[0]+": purged from Nomad", revs[1]+": purged from Nomad") {
+		if !strings.Contains(out, want) {
+			t.Errorf("delete's output lacks %q:\n%s", want, out)
+		}
+	}
 	var checked []string
 	eventually(t, 90*time.Second, "nothing of "+del+" left in Nomad or Consul", func() (bool, string) {
 		var found []string
@@ -150,8 +161,15 @@ func TestE2E8BadFileAndDelete(t *testing.T) {
 	t.Log(report)
 	fmt.Fprintln(os.Stdout, "e2e scenario 8, "+report)
 
-	// The gateway forgot it too.
+	// The gateway forgot it too: its view has none of the revisions, and
+	// the service's host answers 404.
 	eventually(t, 30*time.Second, "the gateway stops routing "+del, func() (bool, string) {
+		view := g.gatewayView(t)
+		for _, rev := range revs {
+			if _, ok := view[rev]; ok {
+				return false, "the gateway's view still lists " + rev
+			}
+		}
 		o := g.request(del, "", "/", NewClient(1)).Do(context.Background())
 		return o.Err == nil && o.Status == http.StatusNotFound, o.Describe()
 	})

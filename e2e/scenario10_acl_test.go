@@ -12,6 +12,8 @@ import (
 
 	consul "github.com/hashicorp/consul/api"
 	nomad "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
 )
 
 func newUUID(t *testing.T) string {
@@ -35,16 +37,16 @@ func TestE2E10MinimalACLPolicies(t *testing.T) {
 		t.Skip("needs agents the suite starts itself: it bootstraps ACLs on a second pair")
 	}
 	dir := t.TempDir()
-	acl := &ACL{ConsulManagementToken: newUUID(t)}
+	acl := &devagents.ACL{ConsulManagementToken: newUUID(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	agents, err := StartDevAgents(ctx, StartOptions{NomadBin: h.s.Plan.NomadBin, ConsulBin: h.s.Plan.ConsulBin, Dir: dir, ACL: acl, ReadyTimeout: 2 * time.Minute})
+	agents, err := devagents.Start(ctx, devAgentOptions(h.s.Plan, dir, acl))
 	if err != nil {
 		t.Fatalf("start agents with ACLs: %v", err)
 	}
 	t.Cleanup(func() {
-		for _, k := range agents.Stop(45 * time.Second) {
+		for _, k := range agents.Stop(agentStopGrace) {
 			t.Error(k)
 		}
 	})
@@ -118,7 +120,7 @@ func TestE2E10MinimalACLPolicies(t *testing.T) {
 	// deploy tokens.
 	const svc = "e2e-acl"
 	rev := revision(svc, 1)
-	h.env = cpEnv
+	h.env, h.serveConsul = cpEnv, cm
 	g := h.startServe("e2e-acl", "", "")
 	h.env = deployEnv
 	h.deploy(h.writeServices("acl.hcl", testService(svc)))

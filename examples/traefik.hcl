@@ -30,4 +30,9 @@ service "whoami" {
   meta = {
     team = "platform"
   }
+
+  # While a revision sleeps at zero, Traefik sends the first request to the
+  # activator's stand-in instance with this Host header: the gateway must
+  # know it to wake the right revision.
+  domains = [local.host]
 }

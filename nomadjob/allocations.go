@@ -176,7 +176,13 @@ func taskOrder(states map[string]*api.TaskState) []string {
 		}
 		return 2
 	}
-	names := sortedKeys(states)
+	// Own sort rather than hclformat.go's helper: the failure summary must
+	// not depend on how the jobspec printer walks maps.
+	names := make([]string, 0, len(states))
+	for n := range states {
+		names = append(names, n)
+	}
+	sort.Strings(names)
 	sort.SliceStable(names, func(i, j int) bool { return rank(names[i]) < rank(names[j]) })
 	return names
 }

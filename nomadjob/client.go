@@ -187,6 +187,18 @@ func (c *Client) Revision(ctx context.Context, revision string) (RevisionInfo, e
 	return RevisionFromJob(job)
 }
 
+// Stop stops a revision's job without purging it (nomad job stop): its
+// allocations stop (after the group's shutdown delay) and the job stays,
+// dead, with its allocations and their events for inspection. A stopped
+// revision is no longer planned on, scaled or routed; Purge removes it.
+func (c *Client) Stop(ctx context.Context, revision string) error {
+	ns := c.namespaceOf(revision)
+	if _, _, err := c.api.Jobs().Deregister(revision, false, c.write(ctx, ns)); err != nil {
+		return c.wrap("stop revision "+revision, ns, capSubmit, err)
+	}
+	return nil
+}
+
 // Purge deletes a revision's job for good (nomad job stop -purge): its
 // allocations stop (after the group's shutdown delay) and the job is gone.
 func (c *Client) Purge(ctx context.Context, revision string) error {

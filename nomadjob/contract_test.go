@@ -425,6 +425,7 @@ func TestRevisionFromJob(t *testing.T) {
 	want := RevisionInfo{
 		Name: "api-00003", Service: "api", Namespace: "default", Generation: 3, SpecHash: rev.SpecHash,
 		Concurrency: 10, Timeout: 30 * time.Second, Scaling: rev.Scaling, Count: 2,
+		ServiceTags: []string{spec.TagServerless, spec.TagServicePrefix + "api"},
 	}
 	if !reflect.DeepEqual(info, want) {
 		t.Errorf("RevisionFromJob =\n%+v\nwant\n%+v", info, want)

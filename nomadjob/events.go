@@ -3,6 +3,7 @@ package nomadjob
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -60,6 +61,42 @@ type AllocationEvent struct {
 	Stopped bool `json:"stopped"`
 }
 
+// ErrStreamEnded: an event stream that was open ended (Nomad closed it, the
+// connection broke, or a line did not decode). Reopen it; events may have
+// been missed if Nomad no longer holds the ones after the last index.
+var ErrStreamEnded = errors.New("Nomad event stream ended")
+
+// StreamEvents follows Nomad's event stream (topics Job and Allocation,
+// all namespaces) once: it opens the stream from index since and calls fn,
+// in order, for every change to a revision job of ours or one of its
+// allocations, until the stream ends or ctx does. It returns the index to
+// resume from and why it stopped: ctx's error; an *Error when the stream
+// could not be opened (IsTransient says whether to retry); otherwise an
+// error wrapping ErrStreamEnded.
+//
+// Nomad keeps only its last few events (event_buffer_size, 100 by
+// default) and silently starts a stream asking for an older index at the
+// oldest it has: a caller that cannot afford to miss a change (a cache of
+// every revision) lists again before reopening, rather than resuming.
+func (c *Client) StreamEvents(ctx context.Context, since uint64, fn func(Event)) (uint64, error) {
+	const op = "watch Nomad events"
+	topics := map[api.Topic][]string{api.TopicJob: nil, api.TopicAllocation: nil}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := c.api.EventStream().Stream(sctx, topics, since, c.query(sctx, api.AllNamespacesNamespace))
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return since, cerr
+		}
+		return since, c.wrap(op, api.AllNamespacesNamespace, capRead, err)
+	}
+	index, _, err := c.drain(ctx, ch, since, newEventFilter(), fn)
+	if cerr := ctx.Err(); cerr != nil {
+		return index, cerr
+	}
+	return index, fmt.Errorf("%w at index %d: %w", ErrStreamEnded, index, err)
+}
+
 // WatchEvents follows Nomad's event stream (topics Job and Allocation, all
 // namespaces) from index since (0: from now) and calls fn, in order, for
 // every change to a revision job of ours or to one of its allocations.
@@ -68,7 +105,7 @@ type AllocationEvent struct {
 // When the stream breaks it reconnects after a pause (doubling from
 // 0.5 s up to 30 s, reset by every event received) and resumes after the
 // last index it delivered, so nothing is missed while Nomad still holds
-// the events. It returns ctx's error when ctx ends, or an error Nomad will
+// the events (see StreamEvents for callers that cannot risk a gap). It returns ctx's error when ctx ends, or an error Nomad will
 // keep giving (a permission error, for one) without retrying.
 func (c *Client) WatchEvents(ctx context.Context, since uint64, fn func(Event)) error {
 	const op = "watch Nomad events"

@@ -2,518 +2,405 @@ package nomadjob
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"math/big"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/hashicorp/nomad/api"
+	"github.com/zclconf/go-cty/cty"
 )
 
-// FormatHCL prints a compiled job as a Nomad jobspec for people (`render
-// -format=hcl`). It shows every field Compile sets, in jobspec spelling,
-// formatted like `hcl fmt` (attributes of a block aligned on "=").
+// FormatHCL prints a job as a Nomad jobspec for people (`render -format
+// hcl`, `install -format hcl`), formatted like `nomad fmt`.
 //
-// The output is valid HCL and meant to be read; `nomad job run` accepts it
-// for the common drivers, but a driver config's nested maps are printed as
-// object attributes (Nomad's jobspec sometimes wants blocks there), so a
-// round trip is not guaranteed: submit the JSON job to be exact.
+// It is faithful: every field set in the job is printed, by the `hcl` struct
+// tags of nomad/api (the names Nomad's own HCL2 jobspec parser decodes into)
+// plus the few places where a jobspec is spelled differently from the API
+// (the job's label is its ID, reserved ports are `port` blocks with
+// `static`, the default workload identity is an `identity` block,
+// durations are strings). Before returning, it reads its output back and
+// compares it with the job (CheckHCL), so a field it cannot print, or
+// prints wrongly, is an error rather than a jobspec that silently differs.
 //
-// It writes HCL with its own small emitter rather than hclwrite: hclwrite
-// imports github.com/google/go-cmp, which this module's go.mod does not
-// list. Tests parse every output with hclsyntax.
+// One limit remains: a driver config's nested maps are printed as object
+// attributes (`logging = { ... }`) where some drivers' jobspecs want blocks,
+// so `nomad job run` may refuse such a config; submit the JSON job to be
+// exact there.
 func FormatHCL(job *api.Job) ([]byte, error) {
-	if job == nil || job.ID == nil {
-		return nil, fmt.Errorf("format job as HCL: the job has no ID")
+	if job == nil || job.ID == nil || *job.ID == "" {
+		return nil, errors.New("format job as HCL: the job has no ID")
 	}
-	w := &hclWriter{}
-	jb := newBlock("job", *job.ID)
-	w.str(jb, "name", job.Name, *job.ID)
-	w.str(jb, "region", job.Region, "")
-	w.str(jb, "namespace", job.Namespace, "")
-	w.str(jb, "type", job.Type, "")
-	w.str(jb, "node_pool", job.NodePool, "")
-	if job.Priority != nil {
-		w.attr(jb, "priority", *job.Priority)
-	}
-	if len(job.Datacenters) > 0 {
-		w.attr(jb, "datacenters", job.Datacenters)
-	}
-	w.mapping(jb, "meta", job.Meta)
-	for _, c := range job.Constraints {
-		w.constraint(jb, c)
-	}
-	if u := job.Update; u != nil {
-		ub := jb.block("update")
-		w.intp(ub, "max_parallel", u.MaxParallel)
-		w.durp(ub, "min_healthy_time", u.MinHealthyTime)
-		w.durp(ub, "healthy_deadline", u.HealthyDeadline)
-		w.durp(ub, "progress_deadline", u.ProgressDeadline)
-		w.strp(ub, "health_check", u.HealthCheck)
-	}
-	for _, g := range job.TaskGroups {
-		w.group(jb, g)
-	}
+	f := hclwrite.NewEmptyFile()
+	w := &jobspecWriter{}
+	w.body(f.Body().AppendNewBlock("job", []string{*job.ID}).Body(), reflect.ValueOf(job).Elem(), "job")
 	if w.err != nil {
 		return nil, fmt.Errorf("format job %s as HCL: %w", *job.ID, w.err)
 	}
-	var sb strings.Builder
-	jb.write(&sb, 0)
-	return []byte(sb.String()), nil
-}
-
-// hblock is a block being written: attributes and nested blocks in the
-// order they were added.
-type hblock struct {
-	typ    string
-	labels []string
-	items  []hitem
-}
-
-// hitem is one attribute (name = expr) or one nested block.
-type hitem struct {
-	name  string
-	expr  string // rendered value; may span lines
-	block *hblock
-}
-
-func newBlock(typ string, labels ...string) *hblock { return &hblock{typ: typ, labels: labels} }
-
-func (b *hblock) block(typ string, labels ...string) *hblock {
-	nb := newBlock(typ, labels...)
-	b.items = append(b.items, hitem{block: nb})
-	return nb
-}
-
-// write prints the block at an indent depth. Runs of single-line
-// attributes are aligned on "=", blocks are set apart by blank lines, as
-// `hcl fmt` does.
-func (b *hblock) write(sb *strings.Builder, depth int) {
-	ind := strings.Repeat("  ", depth)
-	sb.WriteString(ind + b.typ)
-	for _, l := range b.labels {
-		sb.WriteString(" " + quote(l))
+	// An empty block or object reads better on one line: port "http" {}.
+	out := emptyBraces.ReplaceAll(hclwrite.Format(f.Bytes()), []byte("{}"))
+	if err := CheckHCL(job, out); err != nil {
+		return nil, fmt.Errorf("format job %s as HCL: %w", *job.ID, err)
 	}
-	if len(b.items) == 0 {
-		sb.WriteString(" {}\n")
-		return
-	}
-	sb.WriteString(" {\n")
-	for i := 0; i < len(b.items); {
-		it := b.items[i]
-		if it.block != nil {
-			if i > 0 {
-				sb.WriteString("\n")
-			}
-			it.block.write(sb, depth+1)
-			if i+1 < len(b.items) && b.items[i+1].block == nil {
-				sb.WriteString("\n")
-			}
-			i++
+	return out, nil
+}
+
+// emptyBraces is an empty block body or object as hclwrite prints it. A
+// quoted string cannot hold a raw newline, so this never matches inside
+// one.
+var emptyBraces = regexp.MustCompile(`\{\n[ \t]*\}`)
+
+// specField is how one field of a nomad/api struct is written in a
+// jobspec.
+type specField struct {
+	index int
+	path  string // Go name, for messages
+	name  string // jobspec name
+	kind  fieldKind
+}
+
+type fieldKind int
+
+const (
+	kindNone  fieldKind = iota // no jobspec form: an error when set
+	kindAttr                   // name = value
+	kindBlock                  // name [labels] { ... }, one per element
+	kindLabel                  // a label of the block the struct is
+	// kindNested is a map[string]any block whose identifier-keyed map
+	// values are nested blocks (a scaling policy) rather than objects.
+	kindNested
+	kindSkip // written another way (the job's ID is its label)
+)
+
+// specExceptions are where a jobspec is spelled differently from the
+// nomad/api tags (Nomad's jobspec2 decodes these by hand).
+var specExceptions = map[reflect.Type]map[string]specField{
+	reflect.TypeFor[api.Job]():             {"ID": {kind: kindSkip}},
+	reflect.TypeFor[api.NetworkResource](): {"ReservedPorts": {name: "port", kind: kindBlock}},
+	reflect.TypeFor[api.Task]():            {"Identity": {name: "identity", kind: kindBlock}},
+	reflect.TypeFor[api.ScalingPolicy]():   {"Policy": {name: "policy", kind: kindNested}},
+}
+
+// specFields lists the exported fields of a struct type with their jobspec
+// form, in declaration order.
+func specFields(t reflect.Type) []specField {
+	var out []specField
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		if !sf.IsExported() {
 			continue
 		}
-		// A run of attributes up to the next block.
-		j := i
-		width := 0
-		for j < len(b.items) && b.items[j].block == nil {
-			if !strings.Contains(b.items[j].expr, "\n") {
-				width = max(width, len(b.items[j].name))
-			}
-			j++
+		f := specField{index: i, path: sf.Name}
+		if ex, ok := specExceptions[t][sf.Name]; ok {
+			ex.index, ex.path = i, sf.Name
+			out = append(out, ex)
+			continue
 		}
-		for _, a := range b.items[i:j] {
-			pad := ""
-			if !strings.Contains(a.expr, "\n") {
-				pad = strings.Repeat(" ", width-len(a.name))
+		tag, ok := sf.Tag.Lookup("hcl")
+		if ok && tag != "-" {
+			name, opt, _ := strings.Cut(tag, ",")
+			f.name = name
+			switch opt {
+			case "label":
+				f.kind = kindLabel
+			case "block":
+				f.kind = kindBlock
+			default: // "optional", "attr", ""
+				f.kind = kindAttr
 			}
-			sb.WriteString(ind + "  " + a.name + pad + " = " + indentLines(a.expr, ind+"  ") + "\n")
 		}
-		i = j
+		out = append(out, f)
 	}
-	sb.WriteString(ind + "}\n")
+	return out
 }
 
-func indentLines(s, ind string) string { return strings.ReplaceAll(s, "\n", "\n"+ind) }
+// isSet reports whether a field holds a value a jobspec must show: a
+// non-nil pointer (even to a zero value: max_parallel = 0 is not unset), a
+// non-empty map or slice, a non-zero value.
+func isSet(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return !v.IsNil()
+	case reflect.Map, reflect.Slice:
+		return v.Len() > 0
+	}
+	return !v.IsZero()
+}
 
-// hclWriter keeps the first conversion error so the emitters stay flat.
-type hclWriter struct{ err error }
+// labelsOf returns a block's labels: its struct's label fields.
+func labelsOf(v reflect.Value) []string {
+	var out []string
+	for _, f := range specFields(v.Type()) {
+		if f.kind == kindLabel {
+			fv := reflect.Indirect(v.Field(f.index))
+			if fv.IsValid() {
+				out = append(out, fv.String())
+			}
+		}
+	}
+	return out
+}
 
-func (w *hclWriter) fail(err error) {
+// jobspecWriter writes a struct's fields into a body; it keeps the first
+// error so the recursion stays flat.
+type jobspecWriter struct{ err error }
+
+func (w *jobspecWriter) fail(path string, format string, a ...any) {
 	if w.err == nil {
-		w.err = err
+		w.err = fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...))
 	}
 }
 
-func (w *hclWriter) attr(b *hblock, name string, v any) {
-	expr, err := hclValue(v)
+// body writes the set fields of struct v: attributes first, then blocks,
+// with groups and tasks (the bulk of a job) last.
+func (w *jobspecWriter) body(b *hclwrite.Body, v reflect.Value, path string) {
+	fields := specFields(v.Type())
+	last := func(f specField) bool { return f.name == "group" || f.name == "task" }
+	for _, f := range fields {
+		fv := v.Field(f.index)
+		if !isSet(fv) {
+			continue
+		}
+		switch {
+		case f.kind == kindNone:
+			w.fail(path+"."+f.path, "set, but a jobspec has no place for it")
+		case f.kind == kindAttr && v.Type() == reflect.TypeFor[api.Job]() && f.path == "Name" && fv.Elem().String() == v.FieldByName("ID").Elem().String():
+			// The name defaults to the ID, the job's label.
+		case f.kind == kindAttr:
+			w.attr(b, f.name, fv, path)
+		case objectMap(fv):
+			// A map that cannot be a block is an attribute among the
+			// others (meta = { "serverless.service" = ... }).
+			w.attr(b, f.name, fv, path)
+		}
+	}
+	for _, pass := range []bool{false, true} {
+		for _, f := range fields {
+			if fv := v.Field(f.index); (f.kind == kindBlock || f.kind == kindNested) && last(f) == pass && isSet(fv) && !objectMap(fv) {
+				w.blocks(b, f, fv, path)
+			}
+		}
+	}
+}
+
+// objectMap reports whether a block field is a map of values with a key
+// that is not an HCL identifier: a block cannot hold such a key, an object
+// attribute can.
+func objectMap(v reflect.Value) bool {
+	return v.Kind() == reflect.Map && !isStructMap(v) && !allIdentifierKeys(sortedKeys(v))
+}
+
+// attr writes name = value.
+func (w *jobspecWriter) attr(b *hclwrite.Body, name string, v reflect.Value, path string) {
+	toks, err := valueTokens(v.Interface())
 	if err != nil {
-		w.fail(fmt.Errorf("%s: %w", name, err))
+		w.fail(path+"."+name, "%v", err)
 		return
 	}
-	b.items = append(b.items, hitem{name: name, expr: expr})
+	b.SetAttributeRaw(name, toks)
 }
 
-func (w *hclWriter) str(b *hblock, name string, p *string, skip string) {
-	if p != nil && *p != "" && *p != skip {
-		w.attr(b, name, *p)
-	}
-}
-
-func (w *hclWriter) strp(b *hblock, name string, p *string) {
-	if p != nil && *p != "" {
-		w.attr(b, name, *p)
-	}
-}
-
-func (w *hclWriter) intp(b *hblock, name string, p *int) {
-	if p != nil {
-		w.attr(b, name, *p)
-	}
-}
-
-func (w *hclWriter) durp(b *hblock, name string, p *time.Duration) {
-	if p != nil {
-		w.attr(b, name, p.String())
-	}
-}
-
-// mapping writes a string map as a block of attributes when every key is
-// an HCL identifier (env { PORT = "..." }), else as an object attribute
-// (meta = { "serverless.service" = "hello" }).
-func (w *hclWriter) mapping(b *hblock, name string, m map[string]string) {
-	if len(m) == 0 {
-		return
-	}
-	keys := sortedKeys(m)
-	for _, k := range keys {
-		if !hclsyntax.ValidIdentifier(k) {
-			w.attr(b, name, m)
+// blocks writes a block field: one block per element of a slice, one per
+// key of a map of structs, a block of attributes for a map of values.
+func (w *jobspecWriter) blocks(b *hclwrite.Body, f specField, v reflect.Value, path string) {
+	path += "." + f.name
+	v = reflect.Indirect(v)
+	switch v.Kind() {
+	case reflect.Struct:
+		w.block(b, f.name, labelsOf(v), v, path)
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			if e := reflect.Indirect(v.Index(i)); e.IsValid() {
+				w.block(b, f.name, labelsOf(e), e, fmt.Sprintf("%s[%d]", path, i))
+			}
+		}
+	case reflect.Map:
+		if isStructMap(v) {
+			for _, k := range sortedKeys(v) {
+				e := reflect.Indirect(v.MapIndex(reflect.ValueOf(k)))
+				w.block(b, f.name, mapBlockLabels(k, e), e, path+"."+k)
+			}
 			return
 		}
-	}
-	mb := b.block(name)
-	for _, k := range keys {
-		w.attr(mb, k, m[k])
+		w.mapBlock(b, f.name, v, f.kind == kindNested, path)
+	default:
+		w.fail(path, "a %s cannot be a block", v.Type())
 	}
 }
 
-func (w *hclWriter) constraint(b *hblock, c *api.Constraint) {
-	if c == nil {
+// block writes one struct as a block.
+func (w *jobspecWriter) block(b *hclwrite.Body, name string, labels []string, v reflect.Value, path string) {
+	newlineBeforeBlock(b)
+	w.body(b.AppendNewBlock(name, labels).Body(), v, path)
+}
+
+// isStructMap reports whether a map's values are structs (volume "x" {}
+// blocks keyed by label) rather than values.
+func isStructMap(m reflect.Value) bool {
+	e := m.Type().Elem()
+	return e.Kind() == reflect.Struct || e.Kind() == reflect.Pointer && e.Elem().Kind() == reflect.Struct
+}
+
+// mapBlockLabels are the labels of a block keyed in a map: its struct's
+// label fields, or else the key.
+func mapBlockLabels(key string, v reflect.Value) []string {
+	if l := labelsOf(v); len(l) > 0 {
+		return l
+	}
+	return []string{key}
+}
+
+// mapBlock writes a map as a block of attributes (env { PORT = "..." }).
+// When a key is not an HCL identifier the map is an object attribute
+// instead (meta = { "serverless.service" = "hello" }), which Nomad also
+// reads. nested turns map values with identifier keys into nested blocks.
+func (w *jobspecWriter) mapBlock(b *hclwrite.Body, name string, v reflect.Value, nested bool, path string) {
+	keys := sortedKeys(v)
+	if !objectMap(v) {
+		newlineBeforeBlock(b)
+		mb := b.AppendNewBlock(name, nil).Body()
+		var blocks []string
+		for _, k := range keys {
+			ev := v.MapIndex(reflect.ValueOf(k))
+			if sub, ok := mapValue(ev); nested && ok && allIdentifiers(sub) {
+				blocks = append(blocks, k)
+				continue
+			}
+			w.attr(mb, k, ev, path)
+		}
+		for _, k := range blocks {
+			sub, _ := mapValue(v.MapIndex(reflect.ValueOf(k)))
+			w.mapBlock(mb, k, reflect.ValueOf(sub), nested, path+"."+k)
+		}
 		return
 	}
-	cb := b.block("constraint")
-	if c.LTarget != "" {
-		w.attr(cb, "attribute", c.LTarget)
-	}
-	if c.Operand != "" {
-		w.attr(cb, "operator", c.Operand)
-	}
-	if c.RTarget != "" {
-		w.attr(cb, "value", c.RTarget)
-	}
+	w.attr(b, name, v, path)
 }
 
-func (w *hclWriter) group(jb *hblock, g *api.TaskGroup) {
-	if g == nil || g.Name == nil {
-		return
+// mapValue unwraps an interface holding a map[string]any.
+func mapValue(v reflect.Value) (map[string]any, bool) {
+	if v.Kind() == reflect.Interface {
+		v = v.Elem()
 	}
-	gb := jb.block("group", *g.Name)
-	w.intp(gb, "count", g.Count)
-	w.durp(gb, "shutdown_delay", g.ShutdownDelay)
-	for _, c := range g.Constraints {
-		w.constraint(gb, c)
+	if !v.IsValid() {
+		return nil, false
 	}
-	if s := g.Scaling; s != nil {
-		sb := gb.block("scaling")
-		if s.Enabled != nil {
-			w.attr(sb, "enabled", *s.Enabled)
-		}
-		if s.Min != nil {
-			w.attr(sb, "min", *s.Min)
-		}
-		if s.Max != nil {
-			w.attr(sb, "max", *s.Max)
-		}
-		if len(s.Policy) > 0 {
-			w.anyBlock(sb, "policy", s.Policy)
-		}
-	}
-	if r := g.RestartPolicy; r != nil {
-		rb := gb.block("restart")
-		w.intp(rb, "attempts", r.Attempts)
-		w.durp(rb, "interval", r.Interval)
-		w.durp(rb, "delay", r.Delay)
-		w.strp(rb, "mode", r.Mode)
-	}
-	if r := g.ReschedulePolicy; r != nil {
-		rb := gb.block("reschedule")
-		w.intp(rb, "attempts", r.Attempts)
-		w.durp(rb, "interval", r.Interval)
-		w.durp(rb, "delay", r.Delay)
-		w.strp(rb, "delay_function", r.DelayFunction)
-		w.durp(rb, "max_delay", r.MaxDelay)
-		if r.Unlimited != nil {
-			w.attr(rb, "unlimited", *r.Unlimited)
-		}
-	}
-	for _, n := range g.Networks {
-		if n == nil {
-			continue
-		}
-		nb := gb.block("network")
-		if n.Mode != "" {
-			w.attr(nb, "mode", n.Mode)
-		}
-		for _, p := range n.ReservedPorts {
-			pb := nb.block("port", p.Label)
-			w.attr(pb, "static", p.Value)
-			if p.To != 0 {
-				w.attr(pb, "to", p.To)
-			}
-		}
-		for _, p := range n.DynamicPorts {
-			pb := nb.block("port", p.Label)
-			if p.To != 0 {
-				w.attr(pb, "to", p.To)
-			}
-		}
-	}
-	for _, s := range g.Services {
-		w.service(gb, s)
-	}
-	for _, t := range g.Tasks {
-		w.task(gb, t)
-	}
-}
-
-func (w *hclWriter) service(gb *hblock, s *api.Service) {
-	if s == nil {
-		return
-	}
-	sb := gb.block("service")
-	w.attr(sb, "name", s.Name)
-	if s.PortLabel != "" {
-		w.attr(sb, "port", s.PortLabel)
-	}
-	if s.Provider != "" {
-		w.attr(sb, "provider", s.Provider)
-	}
-	if len(s.Tags) > 0 {
-		w.attr(sb, "tags", s.Tags)
-	}
-	w.mapping(sb, "meta", s.Meta)
-	for _, c := range s.Checks {
-		cb := sb.block("check")
-		if c.Name != "" {
-			w.attr(cb, "name", c.Name)
-		}
-		w.attr(cb, "type", c.Type)
-		if c.Path != "" {
-			w.attr(cb, "path", c.Path)
-		}
-		if c.PortLabel != "" {
-			w.attr(cb, "port", c.PortLabel)
-		}
-		if c.TaskName != "" {
-			w.attr(cb, "task", c.TaskName)
-		}
-		w.attr(cb, "interval", c.Interval.String())
-		w.attr(cb, "timeout", c.Timeout.String())
-		if c.InitialStatus != "" {
-			w.attr(cb, "initial_status", c.InitialStatus)
-		}
-		if len(c.Header) > 0 {
-			hb := cb.block("header")
-			for _, k := range sortedKeys(c.Header) {
-				if !hclsyntax.ValidIdentifier(k) {
-					w.fail(fmt.Errorf("check header %q is not an HCL identifier", k))
-					continue
-				}
-				w.attr(hb, k, c.Header[k])
-			}
-		}
-		if r := c.CheckRestart; r != nil {
-			rb := cb.block("check_restart")
-			w.attr(rb, "limit", r.Limit)
-			w.durp(rb, "grace", r.Grace)
-		}
-	}
-	if c := s.Connect; c != nil && c.SidecarService != nil {
-		ssb := sb.block("connect").block("sidecar_service")
-		if p := c.SidecarService.Proxy; p != nil {
-			pb := ssb.block("proxy")
-			for _, u := range p.Upstreams {
-				ub := pb.block("upstreams")
-				w.attr(ub, "destination_name", u.DestinationName)
-				w.attr(ub, "local_bind_port", u.LocalBindPort)
-			}
-		}
-	}
-}
-
-func (w *hclWriter) task(gb *hblock, t *api.Task) {
-	if t == nil {
-		return
-	}
-	tb := gb.block("task", t.Name)
-	w.attr(tb, "driver", t.Driver)
-	if t.User != "" {
-		w.attr(tb, "user", t.User)
-	}
-	w.durp(tb, "kill_timeout", t.KillTimeout)
-	if l := t.Lifecycle; l != nil {
-		lb := tb.block("lifecycle")
-		w.attr(lb, "hook", l.Hook)
-		w.attr(lb, "sidecar", l.Sidecar)
-	}
-	if len(t.Config) > 0 {
-		cb := tb.block("config")
-		for _, k := range sortedKeys(t.Config) {
-			w.attr(cb, k, t.Config[k])
-		}
-	}
-	w.mapping(tb, "env", t.Env)
-	if r := t.Resources; r != nil {
-		rb := tb.block("resources")
-		w.intp(rb, "cpu", r.CPU)
-		w.intp(rb, "memory", r.MemoryMB)
-	}
-	for _, a := range t.Artifacts {
-		ab := tb.block("artifact")
-		w.strp(ab, "source", a.GetterSource)
-		w.strp(ab, "destination", a.RelativeDest)
-		w.strp(ab, "mode", a.GetterMode)
-		w.mapping(ab, "options", a.GetterOptions)
-	}
-	for _, tp := range t.Templates {
-		pb := tb.block("template")
-		w.strp(pb, "source", tp.SourcePath)
-		w.strp(pb, "data", tp.EmbeddedTmpl)
-		w.strp(pb, "destination", tp.DestPath)
-		w.strp(pb, "change_mode", tp.ChangeMode)
-		if tp.Envvars != nil {
-			w.attr(pb, "env", *tp.Envvars)
-		}
-	}
-}
-
-// anyBlock writes a map as a block: nested maps whose keys are identifiers
-// become nested blocks, everything else attributes.
-func (w *hclWriter) anyBlock(b *hblock, name string, m map[string]any) {
-	bb := b.block(name)
-	for _, k := range sortedKeys(m) {
-		if sub, ok := m[k].(map[string]any); ok && hclsyntax.ValidIdentifier(k) && allIdentifiers(sub) {
-			w.anyBlock(bb, k, sub)
-			continue
-		}
-		if !hclsyntax.ValidIdentifier(k) {
-			w.fail(fmt.Errorf("%s: key %q is not an HCL identifier", name, k))
-			continue
-		}
-		w.attr(bb, k, m[k])
-	}
+	m, ok := v.Interface().(map[string]any)
+	return m, ok
 }
 
 func allIdentifiers(m map[string]any) bool {
-	for k := range m {
-		if !hclsyntax.ValidIdentifier(k) {
-			return false
-		}
-	}
-	return true
+	return allIdentifierKeys(slices.Collect(maps.Keys(m)))
 }
 
-// hclValue renders a JSON-like Go value (driver config, scaling policy,
-// string maps and lists) as an HCL expression. Objects with more than one
-// key span lines.
-func hclValue(v any) (string, error) {
+func allIdentifierKeys(keys []string) bool {
+	return !slices.ContainsFunc(keys, func(k string) bool { return !hclsyntax.ValidIdentifier(k) })
+}
+
+// newlineBeforeBlock sets a block apart from what precedes it in its body,
+// as `nomad fmt` output does.
+func newlineBeforeBlock(b *hclwrite.Body) {
+	if len(b.Attributes()) > 0 || len(b.Blocks()) > 0 {
+		b.AppendNewline()
+	}
+}
+
+func sortedKeys(m reflect.Value) []string {
+	keys := make([]string, 0, m.Len())
+	for _, k := range m.MapKeys() {
+		keys = append(keys, k.String())
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// valueTokens renders a Go value as an HCL expression: durations as
+// strings ("5s"), strings with quote, numbers, bools, lists as tuples, maps
+// as objects (keys bare when they are identifiers).
+func valueTokens(v any) (hclwrite.Tokens, error) {
 	switch x := v.(type) {
 	case nil:
-		return "null", nil
+		return hclwrite.TokensForIdentifier("null"), nil
+	case time.Duration:
+		return stringTokens(x.String()), nil
+	case *time.Duration:
+		return stringTokens(x.String()), nil
 	case string:
-		return quote(x), nil
+		return stringTokens(x), nil
 	case bool:
-		return strconv.FormatBool(x), nil
-	case int:
-		return strconv.Itoa(x), nil
-	case int64:
-		return strconv.FormatInt(x, 10), nil
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64), nil
+		return hclwrite.TokensForValue(cty.BoolVal(x)), nil
 	case json.Number:
-		if _, err := strconv.ParseFloat(string(x), 64); err != nil {
-			return "", err
+		f, _, err := big.ParseFloat(string(x), 10, 512, big.ToNearestEven)
+		if err != nil {
+			return nil, err
 		}
-		return string(x), nil
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			s, err := hclValue(e)
-			if err != nil {
-				return "", fmt.Errorf("[%d]: %w", i, err)
-			}
-			parts[i] = s
-		}
-		return "[" + strings.Join(parts, ", ") + "]", nil
-	case map[string]any:
-		if len(x) == 0 {
-			return "{}", nil
-		}
-		var sb strings.Builder
-		sb.WriteString("{\n")
-		keys := sortedKeys(x)
-		width := 0
-		for _, k := range keys {
-			width = max(width, len(objectKey(k)))
-		}
-		for _, k := range keys {
-			s, err := hclValue(x[k])
-			if err != nil {
-				return "", fmt.Errorf("%s: %w", k, err)
-			}
-			key := objectKey(k)
-			sb.WriteString("  " + key + strings.Repeat(" ", width-len(key)) + " = " + indentLines(s, "  ") + "\n")
-		}
-		sb.WriteString("}")
-		return sb.String(), nil
+		return hclwrite.TokensForValue(cty.NumberVal(f)), nil
 	}
-	// Typed slices, maps and numbers: go through reflection.
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if rv.IsNil() {
+			return hclwrite.TokensForIdentifier("null"), nil
+		}
+		return valueTokens(rv.Elem().Interface())
+	case reflect.String:
+		return stringTokens(rv.String()), nil
+	case reflect.Bool:
+		return hclwrite.TokensForValue(cty.BoolVal(rv.Bool())), nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return strconv.FormatInt(rv.Int(), 10), nil
+		return hclwrite.TokensForValue(cty.NumberIntVal(rv.Int())), nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return strconv.FormatUint(rv.Uint(), 10), nil
-	case reflect.Float32:
-		return strconv.FormatFloat(rv.Float(), 'f', -1, 32), nil
+		return hclwrite.TokensForValue(cty.NumberUIntVal(rv.Uint())), nil
+	case reflect.Float32, reflect.Float64:
+		return hclwrite.TokensForValue(cty.NumberFloatVal(rv.Float())), nil
 	case reflect.Slice, reflect.Array:
-		l := make([]any, rv.Len())
-		for i := range l {
-			l[i] = rv.Index(i).Interface()
-		}
-		return hclValue(l)
-	case reflect.Map:
-		if rv.Type().Key().Kind() == reflect.String {
-			m := make(map[string]any, rv.Len())
-			for _, k := range rv.MapKeys() {
-				m[k.String()] = rv.MapIndex(k).Interface()
+		elems := make([]hclwrite.Tokens, rv.Len())
+		for i := range elems {
+			t, err := valueTokens(rv.Index(i).Interface())
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
 			}
-			return hclValue(m)
+			elems[i] = t
 		}
+		return hclwrite.TokensForTuple(elems), nil
+	case reflect.Map:
+		if rv.Type().Key().Kind() != reflect.String {
+			break
+		}
+		var attrs []hclwrite.ObjectAttrTokens
+		for _, k := range sortedKeys(rv) {
+			t, err := valueTokens(rv.MapIndex(reflect.ValueOf(k).Convert(rv.Type().Key())).Interface())
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			name := stringTokens(k)
+			if hclsyntax.ValidIdentifier(k) {
+				name = hclwrite.TokensForIdentifier(k)
+			}
+			attrs = append(attrs, hclwrite.ObjectAttrTokens{Name: name, Value: t})
+		}
+		return hclwrite.TokensForObject(attrs), nil
 	}
-	return "", fmt.Errorf("a value of type %T cannot be written as HCL", v)
+	return nil, fmt.Errorf("a value of type %T cannot be written as HCL", v)
 }
 
-// objectKey is a key inside an object expression: bare when it is an
-// identifier, quoted otherwise.
-func objectKey(k string) string {
-	if hclsyntax.ValidIdentifier(k) {
-		return k
+// stringTokens is a quoted string literal (see quote).
+func stringTokens(s string) hclwrite.Tokens {
+	q := quote(s)
+	return hclwrite.Tokens{
+		{Type: hclsyntax.TokenOQuote, Bytes: []byte(`"`)},
+		{Type: hclsyntax.TokenQuotedLit, Bytes: []byte(q[1 : len(q)-1])},
+		{Type: hclsyntax.TokenCQuote, Bytes: []byte(`"`)},
 	}
-	return quote(k)
 }
 
 // quote writes an HCL string literal. Besides the usual escapes, "${" and
@@ -554,22 +441,355 @@ func quote(s string) string {
 	return sb.String()
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // nomadRuntimeVar reports whether the text after "${" starts one of the
 // interpolations Nomad resolves on the client.
 func nomadRuntimeVar(rest string) bool {
+	end := strings.IndexByte(rest, '}')
+	if end < 0 || strings.ContainsAny(rest[:end], " \t\n{$%") {
+		return false // not a closed interpolation: print it literally
+	}
 	for _, p := range []string{"NOMAD_", "attr.", "node.", "meta.", "env[", "env."} {
 		if strings.HasPrefix(rest, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// CheckHCL compares a job with a jobspec of it (FormatHCL's output) and
+// reports every difference: a field set in the job that the jobspec lacks
+// or holds with another value, or a setting of the jobspec the job does not
+// have. Both are flattened to "path = value" lines, the job by the same
+// jobspec names FormatHCL uses, the jobspec by reading it with hclsyntax
+// (Nomad's runtime interpolations such as ${NOMAD_PORT_app} read back as
+// written).
+func CheckHCL(job *api.Job, src []byte) error {
+	want := map[string]string{}
+	if job != nil {
+		flattenJob(want, reflect.ValueOf(job).Elem(), "job"+labelPath([]string{deref(job.ID, "")}))
+	}
+	got, err := flattenHCL(src)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	for _, k := range sortedKeys(reflect.ValueOf(want)) {
+		switch g, ok := got[k]; {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%s = %s is set in the job but missing from the HCL", k, want[k]))
+		case g != want[k]:
+			problems = append(problems, fmt.Sprintf("%s is %s in the job but %s in the HCL", k, want[k], g))
+		}
+	}
+	for _, k := range sortedKeys(reflect.ValueOf(got)) {
+		if _, ok := want[k]; !ok {
+			problems = append(problems, fmt.Sprintf("%s = %s is in the HCL but not set in the job", k, got[k]))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("the HCL differs from the job:\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// labelPath renders block labels in a flattened path: ["a"]["b"].
+func labelPath(labels []string) string {
+	var sb strings.Builder
+	for _, l := range labels {
+		sb.WriteString("[" + strconv.Quote(l) + "]")
+	}
+	return sb.String()
+}
+
+// blockPath names a block in a flattened path: type and labels, and for
+// an unlabeled block that repeats (constraint, check) its place among its
+// siblings of that type.
+func blockPath(parent, typ string, labels []string, seen map[string]int) string {
+	if len(labels) > 0 {
+		return parent + "." + typ + labelPath(labels)
+	}
+	n := seen[typ]
+	seen[typ]++
+	return fmt.Sprintf("%s.%s#%d", parent, typ, n)
+}
+
+// flattenJob adds the set fields of struct v under path, with the jobspec
+// names of specFields, in the order FormatHCL writes blocks.
+func flattenJob(out map[string]string, v reflect.Value, path string) {
+	seen := map[string]int{}
+	fields := specFields(v.Type())
+	last := func(f specField) bool { return f.name == "group" || f.name == "task" }
+	for _, f := range fields {
+		fv := v.Field(f.index)
+		if !isSet(fv) || f.kind == kindLabel || f.kind == kindSkip || f.kind == kindBlock || f.kind == kindNested {
+			continue
+		}
+		if f.kind == kindNone {
+			out[path+"."+f.path] = "(a field with no jobspec form)"
+			continue
+		}
+		if v.Type() == reflect.TypeFor[api.Job]() && f.path == "Name" && fv.Elem().String() == v.FieldByName("ID").Elem().String() {
+			continue
+		}
+		flattenValue(out, path+"."+f.name, fv.Interface())
+	}
+	for _, pass := range []bool{false, true} {
+		for _, f := range fields {
+			fv := reflect.Indirect(v.Field(f.index))
+			if (f.kind != kindBlock && f.kind != kindNested) || last(f) != pass || !isSet(v.Field(f.index)) {
+				continue
+			}
+			switch fv.Kind() {
+			case reflect.Struct:
+				p := blockPath(path, f.name, labelsOf(fv), seen)
+				out[p] = "{}"
+				flattenJob(out, fv, p)
+			case reflect.Slice:
+				for i := 0; i < fv.Len(); i++ {
+					if e := reflect.Indirect(fv.Index(i)); e.IsValid() {
+						p := blockPath(path, f.name, labelsOf(e), seen)
+						out[p] = "{}"
+						flattenJob(out, e, p)
+					}
+				}
+			case reflect.Map:
+				if isStructMap(fv) {
+					for _, k := range sortedKeys(fv) {
+						ev := reflect.Indirect(fv.MapIndex(reflect.ValueOf(k)))
+						p := blockPath(path, f.name, mapBlockLabels(k, ev), seen)
+						out[p] = "{}"
+						flattenJob(out, ev, p)
+					}
+					continue
+				}
+				flattenMapBlock(out, path, f.name, fv, f.kind == kindNested, seen)
+			}
+		}
+	}
+}
+
+// flattenMapBlock adds a map field's leaves where FormatHCL puts them: in a
+// block when every key is an identifier (nested blocks for maps, with
+// nested), else in an object attribute.
+func flattenMapBlock(out map[string]string, path, name string, m reflect.Value, nested bool, seen map[string]int) {
+	keys := sortedKeys(m)
+	if !allIdentifierKeys(keys) {
+		flattenValue(out, path+"."+name, m.Interface())
+		return
+	}
+	p := blockPath(path, name, nil, seen)
+	out[p] = "{}"
+	inner := map[string]int{}
+	var blocks []string
+	for _, k := range keys {
+		ev := m.MapIndex(reflect.ValueOf(k))
+		if sub, ok := mapValue(ev); nested && ok && allIdentifiers(sub) {
+			blocks = append(blocks, k)
+			continue
+		}
+		flattenValue(out, p+"."+k, ev.Interface())
+	}
+	for _, k := range blocks {
+		sub, _ := mapValue(m.MapIndex(reflect.ValueOf(k)))
+		flattenMapBlock(out, p, k, reflect.ValueOf(sub), nested, inner)
+	}
+}
+
+// flattenValue adds a value's leaves: a map's keys and a list's indexes
+// extend the path; an empty one is a leaf of its own.
+func flattenValue(out map[string]string, path string, v any) {
+	rv := reflect.ValueOf(v)
+	for rv.IsValid() && (rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Interface) {
+		if rv.IsNil() {
+			out[path] = "null"
+			return
+		}
+		if _, ok := rv.Interface().(*time.Duration); ok {
+			break
+		}
+		rv = rv.Elem()
+	}
+	if !rv.IsValid() {
+		out[path] = "null"
+		return
+	}
+	switch x := rv.Interface().(type) {
+	case time.Duration:
+		out[path] = strconv.Quote(x.String())
+		return
+	case *time.Duration:
+		out[path] = strconv.Quote(x.String())
+		return
+	case json.Number:
+		f, _, _ := big.ParseFloat(string(x), 10, 512, big.ToNearestEven)
+		out[path] = f.Text('g', -1)
+		return
+	}
+	switch rv.Kind() {
+	case reflect.Map:
+		if rv.Len() == 0 {
+			out[path] = "{}"
+		}
+		for _, k := range sortedKeys(rv) {
+			flattenValue(out, path+"."+objectKey(k), rv.MapIndex(reflect.ValueOf(k).Convert(rv.Type().Key())).Interface())
+		}
+	case reflect.Slice, reflect.Array:
+		if rv.Len() == 0 {
+			out[path] = "[]"
+		}
+		for i := 0; i < rv.Len(); i++ {
+			flattenValue(out, fmt.Sprintf("%s[%d]", path, i), rv.Index(i).Interface())
+		}
+	case reflect.String:
+		out[path] = strconv.Quote(rv.String())
+	case reflect.Bool:
+		out[path] = strconv.FormatBool(rv.Bool())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		out[path] = new(big.Float).SetInt64(rv.Int()).Text('g', -1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		out[path] = new(big.Float).SetUint64(rv.Uint()).Text('g', -1)
+	case reflect.Float32, reflect.Float64:
+		out[path] = big.NewFloat(rv.Float()).Text('g', -1)
+	default:
+		out[path] = fmt.Sprintf("(%T)", rv.Interface())
+	}
+}
+
+// objectKey is a map key in a flattened path: bare when it is an
+// identifier, quoted otherwise.
+func objectKey(k string) string {
+	if hclsyntax.ValidIdentifier(k) {
+		return k
+	}
+	return strconv.Quote(k)
+}
+
+// flattenHCL parses a jobspec and flattens it like flattenJob.
+func flattenHCL(src []byte) (map[string]string, error) {
+	f, diags := hclsyntax.ParseConfig(src, "job.nomad.hcl", hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("the HCL does not parse: %w", diags)
+	}
+	out := map[string]string{}
+	var errs []error
+	var walk func(b *hclsyntax.Body, path string)
+	walk = func(b *hclsyntax.Body, path string) {
+		for name, a := range b.Attributes {
+			v, d := a.Expr.Value(runtimeVars(a.Expr, src))
+			if d.HasErrors() {
+				errs = append(errs, fmt.Errorf("%s.%s: %w", path, name, d))
+				continue
+			}
+			flattenCty(out, path+"."+name, v)
+		}
+		seen := map[string]int{}
+		for _, blk := range b.Blocks {
+			p := blockPath(path, blk.Type, blk.Labels, seen)
+			if path == "" {
+				p = blk.Type + labelPath(blk.Labels)
+			}
+			out[p] = "{}"
+			walk(blk.Body, p)
+		}
+	}
+	walk(f.Body.(*hclsyntax.Body), "")
+	delete(out, "job"+labelPathOf(f))
+	return out, errors.Join(errs...)
+}
+
+// labelPathOf is the flattened path of the file's first block (the job),
+// whose presence is not a setting.
+func labelPathOf(f *hcl.File) string {
+	if blocks := f.Body.(*hclsyntax.Body).Blocks; len(blocks) > 0 {
+		return labelPath(blocks[0].Labels)
+	}
+	return ""
+}
+
+// runtimeVars is an evaluation context in which each of Nomad's runtime
+// interpolations in expr (${NOMAD_PORT_app}, ${attr.kernel.name},
+// ${env["X"]}) evaluates to its own text, as Nomad's jobspec parser leaves
+// it.
+func runtimeVars(expr hclsyntax.Expression, src []byte) *hcl.EvalContext {
+	tree := map[string]any{}
+	for _, tr := range expr.Variables() {
+		rng := tr.SourceRange()
+		text := "${" + string(src[rng.Start.Byte:rng.End.Byte]) + "}"
+		node := tree
+		for i, step := range tr {
+			var key string
+			switch s := step.(type) {
+			case hcl.TraverseRoot:
+				key = s.Name
+			case hcl.TraverseAttr:
+				key = s.Name
+			case hcl.TraverseIndex:
+				if s.Key.Type() == cty.String {
+					key = s.Key.AsString()
+				}
+			}
+			if i == len(tr)-1 {
+				if _, ok := node[key]; !ok {
+					node[key] = text
+				}
+				break
+			}
+			next, ok := node[key].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				node[key] = next
+			}
+			node = next
+		}
+	}
+	var toCty func(v any) cty.Value
+	toCty = func(v any) cty.Value {
+		if s, ok := v.(string); ok {
+			return cty.StringVal(s)
+		}
+		m := map[string]cty.Value{}
+		for k, x := range v.(map[string]any) {
+			m[k] = toCty(x)
+		}
+		return cty.ObjectVal(m)
+	}
+	vars := map[string]cty.Value{}
+	for k, v := range tree {
+		vars[k] = toCty(v)
+	}
+	return &hcl.EvalContext{Variables: vars}
+}
+
+// flattenCty adds a cty value's leaves like flattenValue.
+func flattenCty(out map[string]string, path string, v cty.Value) {
+	t := v.Type()
+	switch {
+	case v.IsNull():
+		out[path] = "null"
+	case t.IsObjectType() || t.IsMapType():
+		if v.LengthInt() == 0 {
+			out[path] = "{}"
+		}
+		for it := v.ElementIterator(); it.Next(); {
+			k, e := it.Element()
+			flattenCty(out, path+"."+objectKey(k.AsString()), e)
+		}
+	case t.IsTupleType() || t.IsListType() || t.IsSetType():
+		if v.LengthInt() == 0 {
+			out[path] = "[]"
+		}
+		i := 0
+		for it := v.ElementIterator(); it.Next(); i++ {
+			_, e := it.Element()
+			flattenCty(out, fmt.Sprintf("%s[%d]", path, i), e)
+		}
+	case t == cty.String:
+		out[path] = strconv.Quote(v.AsString())
+	case t == cty.Bool:
+		out[path] = strconv.FormatBool(v.True())
+	case t == cty.Number:
+		out[path] = v.AsBigFloat().Text('g', -1)
+	default:
+		out[path] = "(" + t.FriendlyName() + ")"
+	}
 }

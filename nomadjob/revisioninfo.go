@@ -33,6 +33,9 @@ type RevisionInfo struct {
 	ScalingDefaulted bool         `json:"scaling_defaulted,omitempty"`
 	// Count is the group's count (the desired number of instances).
 	Count int `json:"count"`
+	// ServiceTags are the tags of the revision's Consul service (ours and
+	// the template's), which every instance carries.
+	ServiceTags []string `json:"service_tags,omitempty"`
 	// Stopped is true once the job was stopped (nomad job stop, or
 	// deregistered without purge).
 	Stopped bool `json:"stopped"`
@@ -106,6 +109,11 @@ func RevisionFromJob(job *api.Job) (RevisionInfo, error) {
 	} else {
 		if g.Count != nil {
 			info.Count = *g.Count
+		}
+		for _, svc := range g.Services {
+			if svc != nil && svc.Name == id {
+				info.ServiceTags = append([]string(nil), svc.Tags...)
+			}
 		}
 		s, err := ScalingFromJob(job)
 		switch {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -115,39 +117,56 @@ func BenchmarkProbe(b *testing.B) {
 	}
 }
 
-// BenchmarkServe is the whole serving side: net/http's server, the handler
-// and the forwarder, driven over loopback by raw keep-alive clients that
-// allocate nothing per request, so allocs/op are the sidecar's.
+// BenchmarkServe is the whole serving side, as deployed (the front door:
+// the keepalive loop) and with net/http alone (what the loop hands off),
+// driven over loopback by raw keep-alive clients that allocate nothing per
+// request, so allocs/op are the sidecar's.
 func BenchmarkServe(b *testing.B) {
-	s, err := New(benchConfig(rawApp(b), 0), Options{})
-	if err != nil {
-		b.Fatal(err)
+	for _, front := range []bool{true, false} {
+		b.Run(map[bool]string{true: "front door", false: "net/http"}[front], func(b *testing.B) {
+			s, err := New(benchConfig(rawApp(b), 0), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var addr string
+			if front {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				f := s.frontDoor(ln, log.New(io.Discard, "", 0))
+				go f.serve()
+				defer f.close()
+				addr = ln.Addr().String()
+			} else {
+				srv := httptest.NewServer(s.Handler())
+				defer srv.Close()
+				addr = srv.Listener.Addr().String()
+			}
+			req := []byte("GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for pb.Next() {
+					if _, err := c.Write(req); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := readRawResponse(br); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
-	addr := srv.Listener.Addr().String()
-	req := []byte("GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for pb.Next() {
-			if _, err := c.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			if err := readRawResponse(br); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
 }
 
 // readRawResponse reads one response with a Content-Length body.

@@ -7,7 +7,11 @@
 //   - Serves the "http" port (HTTP/1.1 and h2c) and proxies to the app on
 //     127.0.0.1:<app port>: HTTP/1.1 requests through a synchronous pooled
 //     forwarder (forward.go), HTTP/2 clients as h2c to the app, websockets
-//     and other upgrades through httputil.ReverseProxy. Bodies stream both
+//     and other upgrades through httputil.ReverseProxy. Plain HTTP/1.1
+//     requests (no body, no upgrade) are read and answered by a keep-alive
+//     loop of its own (frontdoor.go, package internal/keepalive) that costs
+//     a fraction of net/http's per-request work; a connection goes to
+//     net/http at its first request of any other kind. Bodies stream both
 //     ways; responses are flushed as bytes arrive; X-Forwarded-For gets the
 //     client appended, other X-Forwarded-* and traceparent pass unchanged;
 //     hop-by-hop headers are dropped.

@@ -18,7 +18,9 @@ import (
 
 // Edge cases of the HTTP/1.1 forwarder, against apps in this process.
 
-func proxyTo(t *testing.T, appPort int) *httptest.Server {
+// proxyTo serves a sidecar in front of the app as deployed (the front
+// door: the keepalive loop, net/http for what it hands off).
+func proxyTo(t *testing.T, appPort int) *frontServer {
 	t.Helper()
 	cfg := benchConfig(appPort, 0)
 	cfg.Timeout = 10 * time.Second
@@ -26,9 +28,7 @@ func proxyTo(t *testing.T, appPort int) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	return srv
+	return serveFront(t, s)
 }
 
 func appServer(t *testing.T, h http.HandlerFunc) int {
@@ -260,40 +260,50 @@ func TestForwardRetriesStaleConnection(t *testing.T) {
 }
 
 // A client that leaves is noticed within clientCheckInterval, and the app's
-// connection is closed so the app can stop working on it.
+// connection is closed so the app can stop working on it; both ways the
+// handler is served (the loop learns it from a peek at the socket, net/http
+// from its background read).
 func TestForwardClientGoneAbortsApp(t *testing.T) {
-	appCtxDone := make(chan struct{})
-	port := appServer(t, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-			close(appCtxDone)
-		case <-time.After(20 * time.Second):
-		}
-	})
-	cfg := benchConfig(port, 0)
-	s, _ := New(cfg, Options{})
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/", nil)
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		cancel()
-	}()
-	if _, err := http.DefaultClient.Do(req); err == nil {
-		t.Fatal("request survived its cancellation")
-	}
-	select {
-	case <-appCtxDone:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the app never saw the client leave")
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.meter.inFlight() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("request still in flight")
-		}
-		time.Sleep(10 * time.Millisecond)
+	for _, front := range []bool{true, false} {
+		t.Run(map[bool]string{true: "front door", false: "net/http"}[front], func(t *testing.T) {
+			appCtxDone := make(chan struct{})
+			port := appServer(t, func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-r.Context().Done():
+					close(appCtxDone)
+				case <-time.After(20 * time.Second):
+				}
+			})
+			cfg := benchConfig(port, 0)
+			s, _ := New(cfg, Options{})
+			url := serveFront(t, s).URL
+			if !front {
+				srv := httptest.NewServer(s.Handler())
+				defer srv.Close()
+				url = srv.URL
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "GET", url+"/", nil)
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				cancel()
+			}()
+			if _, err := http.DefaultClient.Do(req); err == nil {
+				t.Fatal("request survived its cancellation")
+			}
+			select {
+			case <-appCtxDone:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the app never saw the client leave")
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for s.meter.inFlight() != 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("request still in flight")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -23,8 +22,7 @@ func TestQueuedRequestTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
+	srv := serveFront(t, s)
 	if err := s.breaker.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +68,7 @@ func TestAppHostIsWhereTheAppIsReached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
+	srv := serveFront(t, s)
 	resp, err := http.Get(srv.URL + "/")
 	if err != nil {
 		t.Fatal(err)

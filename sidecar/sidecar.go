@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -208,18 +209,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 // fails.
 func (s *Sidecar) Serve(ctx context.Context, serve, admin net.Listener) error {
 	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Handler:   s.handler,
-		Protocols: &protos,
-		// Slow headers are an attack or a bug; slow bodies and long
-		// responses are governed by the revision's timeouts instead.
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          errLog,
-	}
+	front := s.frontDoor(serve, errLog)
 	adm := &http.Server{
 		Handler:           s.admin,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -239,21 +229,21 @@ func (s *Sidecar) Serve(ctx context.Context, serve, admin net.Listener) error {
 	}
 
 	errc := make(chan error, 2)
-	go func() { errc <- fmt.Errorf("serving port: %w", srv.Serve(serve)) }()
+	go func() { errc <- fmt.Errorf("serving port: %w", front.serve()) }()
 	go func() { errc <- fmt.Errorf("admin port: %w", adm.Serve(admin)) }()
 	s.log.Info("sidecar serving", "port", serve.Addr().String(), "admin", admin.Addr().String(),
 		"app_host", appHost(s.cfg), "app_port", s.cfg.AppPort, "concurrency", s.cfg.Concurrency, "queue_depth", s.cfg.QueueDepth)
 
 	select {
 	case err := <-errc:
-		srv.Close()
+		front.close()
 		adm.Close()
 		stopProbes()
 		probes.Wait()
 		return err
 	case <-ctx.Done():
 	}
-	rep := s.drainServer(srv)
+	rep := s.drainServer(front)
 	s.drainMu.Lock()
 	s.drain = &rep
 	s.drainMu.Unlock()
@@ -266,6 +256,24 @@ func (s *Sidecar) Serve(ctx context.Context, serve, admin net.Listener) error {
 	probes.Wait()
 	s.handler.app.closeIdle()
 	return nil
+}
+
+// frontDoor serves the serving port on ln: the keepalive loop for plain
+// HTTP/1.1 requests, net/http (HTTP/1.1 and h2c) for the rest.
+func (s *Sidecar) frontDoor(ln net.Listener, errLog *log.Logger) *frontDoor {
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:   s.handler,
+		Protocols: &protos,
+		// Slow headers are an attack or a bug; slow bodies and long
+		// responses are governed by the revision's timeouts instead.
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          errLog,
+	}
+	return newFrontDoor(ln, srv, s.log)
 }
 
 // DrainReport is what a drain did; the sidecar logs it before exiting.
@@ -300,7 +308,7 @@ func (s *Sidecar) LastDrain() (DrainReport, bool) {
 //  2. requests that still arrive are served for DrainGrace;
 //  3. the listener closes; requests in flight and queued run to the end;
 //  4. at DrainTimeout (before Nomad's kill_timeout) whatever is left is cut.
-func (s *Sidecar) drainServer(srv *http.Server) DrainReport {
+func (s *Sidecar) drainServer(front *frontDoor) DrainReport {
 	start := time.Now()
 	// From here every HTTP/1 response says Connection: close (see
 	// Handler.ServeHTTP). Idle keep-alive connections stay open until the
@@ -317,7 +325,7 @@ func (s *Sidecar) drainServer(srv *http.Server) DrainReport {
 
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	err := srv.Shutdown(ctx)
+	err := front.shutdown(ctx)
 	// Shutdown does not wait for hijacked connections (websockets); their
 	// handlers are still counted in flight.
 	for s.meter.inFlight() > 0 && time.Now().Before(deadline) {
@@ -325,7 +333,7 @@ func (s *Sidecar) drainServer(srv *http.Server) DrainReport {
 	}
 	abandoned := s.meter.inFlight()
 	if errors.Is(err, context.DeadlineExceeded) || abandoned > 0 {
-		srv.Close()
+		front.close()
 	}
 	arrived := s.meter.requests() - arrivals0
 	completed := int64(inFlight0) + int64(arrived) - int64(abandoned)

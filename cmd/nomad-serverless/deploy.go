@@ -26,13 +26,16 @@ type deployNomad interface {
 	UpdateScaling(ctx context.Context, revision string, s spec.Scaling) error
 	Allocations(ctx context.Context, revision string) ([]nomadjob.Allocation, error)
 	Revisions(ctx context.Context, namespace, service string) ([]nomadjob.RevisionStatus, error)
+	AllServices(ctx context.Context) ([]nomadjob.ServiceRef, error)
 	Scale(ctx context.Context, revision string, count int, reason string, meta map[string]string) error
+	Stop(ctx context.Context, revision string) error
 	Purge(ctx context.Context, revision string) error
 }
 
 // deployConsul is what deploy needs of Consul (consulroute.Client).
 type deployConsul interface {
 	ReadRecord(ctx context.Context, namespace, service string) (consulroute.Record, uint64, error)
+	Records(ctx context.Context) ([]consulroute.Record, error)
 	Publish(ctx context.Context, rec consulroute.Record, casIndex uint64) error
 	Health(ctx context.Context, revision string) ([]consulroute.InstanceHealth, error)
 	Gateways(ctx context.Context) ([]consulroute.Gateway, error)
@@ -83,6 +86,9 @@ func runDeploy(ctx context.Context, e *env, args []string) int {
 
 	parsed, ok := parseServiceFiles(e, files, vars.Options(e.getenv))
 	if !ok {
+		// Say it as a refused plan does: a user must not wonder whether
+		// the other services of the files went out.
+		fmt.Fprintln(e.stderr, "Nothing was deployed.")
 		return exitError
 	}
 	nomad, err := newNomad()
@@ -196,11 +202,59 @@ func (d *deployer) planService(ctx context.Context, e *env, ps parsedService) (s
 		delete(known, rev)
 	}
 	problems := spec.ValidateTrafficRevisions(svc, known)
+	taken, err := d.namespacesUsing(ctx, svc)
+	if err != nil {
+		return sp, false, err
+	}
+	if len(taken) > 0 {
+		problems = append(problems, spec.Problem{
+			Path:    "namespace",
+			Summary: fmt.Sprintf("service %q already exists in namespace %s.", svc.Name, strings.Join(taken, ", ")),
+			Detail: "Consul's service names and config entries have no namespace, so one service name serves one namespace only " +
+				"(its route and revisions would overwrite the other's). Rename this service, or delete the other first: " +
+				fmt.Sprintf("nomad-serverless delete -namespace %s %s.", taken[0], svc.Name),
+		})
+	}
 	if len(problems) > 0 {
 		_ = ps.file.WriteDiagnostics(e.stderr, ps.file.Problems(ps.index, problems))
 		return sp, false, nil
 	}
 	return sp, true, nil
+}
+
+// namespacesUsing lists the other namespaces that have a service of svc's
+// name: a record in Consul, or revision jobs in Nomad. Nomad is asked on a
+// best-effort basis: a token that may not list every namespace still
+// deploys, and Consul's records (every published service has one) are the
+// check that counts.
+func (d *deployer) namespacesUsing(ctx context.Context, svc *spec.Service) ([]string, error) {
+	ns := svc.Namespace
+	if ns == "" {
+		ns = spec.DefaultNamespace
+	}
+	seen := map[string]bool{}
+	recs, err := d.consul.Records(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check that %s is not used in another namespace: %w", svc.Name, err)
+	}
+	for _, r := range recs {
+		if r.Service.Name == svc.Name && r.Namespace() != ns {
+			seen[r.Namespace()] = true
+		}
+	}
+	if refs, err := d.nomad.AllServices(ctx); err == nil {
+		for _, r := range refs {
+			if r.Name == svc.Name && r.Namespace != ns {
+				seen[r.Namespace] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // apply carries out one service's plan: register the revision (or update
@@ -210,17 +264,22 @@ func (d *deployer) apply(ctx context.Context, sp servicePlan) error {
 	rev := sp.plan.Revision
 	name := rev.Name()
 	created := false
+	// want is the count Nomad runs the revision at: deploy waits for
+	// that many instances.
+	var want int
 	switch {
 	case sp.plan.Unchanged && sp.plan.ScalingChanged:
 		if err := d.nomad.UpdateScaling(ctx, name, rev.Scaling); err != nil {
 			return err
 		}
+		want = countWithin(existingDesired(sp.plan, name), rev.Scaling)
 		fmt.Fprintf(d.out, "%s: template unchanged; scaling settings updated in place\n", name)
 	case sp.plan.Unchanged:
+		want = existingDesired(sp.plan, name)
 		fmt.Fprintf(d.out, "%s: template unchanged; no new revision\n", name)
 	default:
 		var err error
-		if name, err = d.register(ctx, svc, sp.plan); err != nil {
+		if name, want, err = d.register(ctx, svc, sp.plan); err != nil {
 			return err
 		}
 		created = true
@@ -238,11 +297,9 @@ func (d *deployer) apply(ctx context.Context, sp servicePlan) error {
 		published = true
 	}
 	if !d.detach {
-		if err := d.waitReady(ctx, name, d.expected(sp, created)); err != nil {
+		if err := d.waitReady(ctx, name, want); err != nil {
 			if created {
-				// Stop a failing revision from restarting forever; it
-				// stays in Nomad for inspection and is collected later.
-				_ = d.nomad.Scale(context.WithoutCancel(ctx), name, 0, "deploy failed: "+firstLine(err.Error()), nil)
+				err = d.stopFailed(ctx, name, err)
 			}
 			if !published {
 				err = fmt.Errorf("%w\nTraffic still goes where it went before.", err)
@@ -260,44 +317,79 @@ func (d *deployer) apply(ctx context.Context, sp servicePlan) error {
 	return nil
 }
 
-// register compiles and registers a new revision. If another deploy
-// registered the same generation in between, it plans again: when that
-// deploy had the same template the plan is now "unchanged" and there is
-// nothing to register.
-func (d *deployer) register(ctx context.Context, svc *spec.Service, plan nomadjob.Plan) (string, error) {
+// stopFailed stops a new revision that did not become ready, so it does
+// not restart forever: scaling it to zero alone does not hold, since the
+// autoscaler keeps a new revision at its initial scale until it was once
+// ready, and Nomad refuses a count below the revision's min. The scale call
+// first records why in Nomad's scaling events (what `status` shows); the
+// stopped job stays in Nomad with its allocations for inspection, a later
+// deploy makes a new revision, and garbage collection removes it. It
+// returns why, with what could not be done.
+func (d *deployer) stopFailed(ctx context.Context, revision string, why error) error {
+	ctx = context.WithoutCancel(ctx)
+	_ = d.nomad.Scale(ctx, revision, 0, "deploy failed: "+firstLine(why.Error()), nil)
+	if err := d.nomad.Stop(ctx, revision); err != nil {
+		return fmt.Errorf("%w\nThe revision could not be stopped and may keep restarting: %v", why, err)
+	}
+	return fmt.Errorf("%w\nRevision %s is stopped; its job and allocations stay in Nomad for inspection", why, revision)
+}
+
+// register compiles and registers a new revision and returns its name and
+// the count Nomad was given. If another deploy registered the same
+// generation in between, it plans again: when that deploy had the same
+// template the plan is now "unchanged" and there is nothing to register.
+func (d *deployer) register(ctx context.Context, svc *spec.Service, plan nomadjob.Plan) (string, int, error) {
 	for attempt := 0; ; attempt++ {
 		rev := plan.Revision
 		if plan.Unchanged {
-			return rev.Name(), nil
+			return rev.Name(), existingDesired(plan, rev.Name()), nil
 		}
 		job, err := nomadjob.Compile(rev, d.compile)
 		if err != nil {
-			return "", fmt.Errorf("compile revision %s: %w", rev.Name(), err)
+			return "", 0, fmt.Errorf("compile revision %s: %w", rev.Name(), err)
 		}
 		_, err = d.nomad.Register(ctx, job, 0)
 		if err == nil {
-			return rev.Name(), nil
+			return rev.Name(), groupCount(job), nil
 		}
 		if !errors.Is(err, nomadjob.ErrConflict) || attempt == 2 {
-			return "", fmt.Errorf("register revision %s: %w", rev.Name(), err)
+			return "", 0, fmt.Errorf("register revision %s: %w", rev.Name(), err)
 		}
 		if plan, err = d.nomad.Plan(ctx, svc); err != nil {
-			return "", fmt.Errorf("plan %s again after a concurrent deploy: %w", svc.Name, err)
+			return "", 0, fmt.Errorf("plan %s again after a concurrent deploy: %w", svc.Name, err)
 		}
 	}
 }
 
-// expected is how many instances deploy waits for.
-func (d *deployer) expected(sp servicePlan, created bool) int {
-	if created {
-		return sp.plan.Revision.Scaling.Initial
+// groupCount is the count of a compiled job's group: the service's
+// initial count within its bounds (Compile raises it to min).
+func groupCount(job *nomadapi.Job) int {
+	for _, g := range job.TaskGroups {
+		if g != nil && g.Name != nil && *g.Name == spec.GroupName && g.Count != nil {
+			return *g.Count
+		}
 	}
-	for _, r := range sp.plan.Existing {
-		if r.Name == sp.plan.Revision.Name() {
+	return 0
+}
+
+// existingDesired is an existing revision's count before the deploy.
+func existingDesired(plan nomadjob.Plan, revision string) int {
+	for _, r := range plan.Existing {
+		if r.Name == revision {
 			return r.Desired
 		}
 	}
 	return 0
+}
+
+// countWithin is where UpdateScaling puts a count when the bounds change:
+// moved to the nearest bound when outside them, else kept.
+func countWithin(count int, s spec.Scaling) int {
+	hi := s.Max
+	if hi == 0 {
+		hi = nomadjob.UnboundedMax
+	}
+	return min(max(count, s.Min), hi)
 }
 
 // publish routes the service with latest = revision, retrying when a
@@ -403,7 +495,7 @@ func (d *deployer) waitReady(ctx context.Context, revision string, want int) err
 			if aerr != nil {
 				reason += "; Nomad: " + aerr.Error()
 			} else if s := allocSummary(allocs); s != "" {
-				reason += "; allocations: " + s
+				reason += "; " + s
 			}
 			return fmt.Errorf("%s%s\nSee `nomad job status %s` and `nomad alloc logs`; raise -wait if the app starts slowly", reason, checkOutputs(health), revision)
 		}

@@ -24,6 +24,7 @@ type fakeCluster struct {
 	mu         sync.Mutex
 	jobs       map[string]*nomadapi.Job
 	purged     []string
+	stopped    []string
 	scaled     []string
 	record     map[string]consulroute.Record
 	recordIdx  map[string]uint64
@@ -114,10 +115,53 @@ func (f *fakeCluster) Revisions(_ context.Context, ns, svc string) ([]nomadjob.R
 	return out, nil
 }
 
+func (f *fakeCluster) AllServices(context.Context) ([]nomadjob.ServiceRef, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	byName := map[string]*nomadjob.ServiceRef{}
+	for name, job := range f.jobs {
+		info, err := nomadjob.RevisionFromJob(job)
+		if err != nil {
+			continue
+		}
+		ref := byName[info.Service]
+		if ref == nil {
+			ref = &nomadjob.ServiceRef{Namespace: info.Namespace, Name: info.Service}
+			byName[info.Service] = ref
+		}
+		ref.Revisions = append(ref.Revisions, name)
+	}
+	var out []nomadjob.ServiceRef
+	for _, r := range byName {
+		out = append(out, *r)
+	}
+	return out, nil
+}
+
+func (f *fakeCluster) Records(context.Context) ([]consulroute.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []consulroute.Record
+	for _, r := range f.record {
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 func (f *fakeCluster) Scale(_ context.Context, rev string, n int, reason string, _ map[string]string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.scaled = append(f.scaled, fmt.Sprintf("%s=%d (%s)", rev, n, reason))
+	return nil
+}
+
+func (f *fakeCluster) Stop(_ context.Context, rev string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if job, ok := f.jobs[rev]; ok {
+		job.Stop = new(true)
+	}
+	f.stopped = append(f.stopped, rev)
 	return nil
 }
 
@@ -263,8 +307,14 @@ func TestDeployChangedTemplateRoutesOnlyWhenReady(t *testing.T) {
 	if got := f.record["hello"].Latest; got != "hello-00001" {
 		t.Errorf("latest moved to %q although hello-00002 never became ready", got)
 	}
-	if len(f.scaled) == 0 || !strings.HasPrefix(f.scaled[len(f.scaled)-1], "hello-00002=0") {
-		t.Errorf("the failed revision was not scaled to zero: %v", f.scaled)
+	if len(f.scaled) == 0 || !strings.HasPrefix(f.scaled[len(f.scaled)-1], "hello-00002=0 (deploy failed: ") {
+		t.Errorf("the failed revision was not scaled to zero with the reason: %v", f.scaled)
+	}
+	// Stopped, so nothing brings it back (the autoscaler keeps a new
+	// revision at its initial scale until it was once ready, and Nomad
+	// refuses a count below min).
+	if len(f.stopped) != 1 || f.stopped[0] != "hello-00002" {
+		t.Errorf("the failed revision was not stopped: %v", f.stopped)
 	}
 
 	f.failAlloc, f.polls = "", 0
@@ -388,5 +438,37 @@ func TestTrafficChangeApply(t *testing.T) {
 				t.Fatalf("got  %s\nwant %s", got, c.want)
 			}
 		})
+	}
+}
+
+// The count deploy waits for is the one Nomad was given: initial raised to
+// min for a new revision, the count moved into new bounds for a scaling
+// change.
+func TestDeployWaitsForTheCountNomadWasGiven(t *testing.T) {
+	f := newFakeCluster()
+	code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", "scaling {\n min = 1\n initial = 0\n}"))
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if n := *f.jobs["hello-00001"].TaskGroups[0].Count; n != 1 {
+		t.Fatalf("compiled count %d, want min 1", n)
+	}
+	if !strings.Contains(out, "hello-00001: ready (1/1 instances passing)") || strings.Contains(out, "scaled to zero") {
+		t.Errorf("deploy of a revision with min 1 did not wait for its instance:\n%s", out)
+	}
+
+	// At zero, a change raising min to 1 moves the count to 1 in place:
+	// deploy waits for that instance too.
+	f2 := newFakeCluster()
+	if code, out, errs := runTestDeploy(t, f2, parseDeployFile(t, "1", "scaling {\n initial = 0\n}")); code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	f2.polls = 0
+	code, out, errs = runTestDeploy(t, f2, parseDeployFile(t, "1", "scaling {\n min = 1\n initial = 0\n}"))
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "scaling settings updated in place") || !strings.Contains(out, "hello-00001: ready (1/1 instances passing)") {
+		t.Errorf("a scaling change raising min from a count of 0 did not wait for the instance:\n%s", out)
 	}
 }

@@ -9,39 +9,54 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
 )
 
 const devUsage = `Usage: nomad-serverless dev [options]
 
 Start a local Consul dev agent, a Nomad dev agent (raw_exec enabled) and the
-control plane (serve), print their URLs and how to deploy an example, and
-stop everything on Ctrl-C. Needs consul and nomad on PATH; -demo runs a
-demonstration without them.
+control plane (serve), print their URLs, and stop everything on Ctrl-C.
+-deploy FILE also deploys the file's services onto them, sends a request,
+waits for the revision to scale to zero and wakes it with another.
+Needs consul and nomad on PATH; -demo runs a demonstration without them, and
+-or-demo runs that demonstration when they are missing (make demo does).
 
 Options:
 `
 
 // devConfig is one dev session's settings. runDev fills it from flags; tests
-// fill it directly (fake agents on PATH, a fake serve, short bounds).
+// fill it directly (fake agents on PATH, a fake serve, short bounds, hooks).
 type devConfig struct {
 	Listen, AdminListen, Domain   string
 	ConsulHTTPPort, NomadHTTPPort int
 	// DataDir holds the agents' configs, data and logs; empty makes a
-	// temporary one that is removed at the end.
+	// temporary one that is removed at the end (kept when dev fails).
 	DataDir string
-	// Executable runs `serve` (this binary).
+	// Executable runs `serve` (this binary); -deploy uses it as the
+	// sidecar and as the file's `binary` variable.
 	Executable string
+	// Deploy is a service file to deploy once everything runs ("": none).
+	Deploy string
+	// OrDemo runs the demonstration instead of failing when consul or
+	// nomad is not on PATH.
+	OrDemo bool
 
 	// Bounds: how long each agent and serve may take to become ready, and
 	// how long each may take to stop after SIGINT before it is killed.
 	ReadyTimeout time.Duration
 	StopGrace    time.Duration
 	Poll         time.Duration
+	// ZeroWait bounds the wait for the deployed revision to scale to zero;
+	// 0 is its stable window + scale-to-zero grace + a minute.
+	ZeroWait time.Duration
+
+	// hooks replace what dev calls out to; zero values are the real ones.
+	hooks devHooks
 }
 
 func runDev(ctx context.Context, e *env, args []string) int {
@@ -59,6 +74,8 @@ func runDev(ctx context.Context, e *env, args []string) int {
 	fs.IntVar(&c.ConsulHTTPPort, "consul-port", 8500, "HTTP port of the Consul dev agent")
 	fs.IntVar(&c.NomadHTTPPort, "nomad-port", 4646, "HTTP port of the Nomad dev agent")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory for the agents' configuration, data and logs (default: a temporary directory, removed at exit)")
+	fs.StringVar(&c.Deploy, "deploy", "", "once everything runs, deploy this service `file` (with -sidecar-command and -var binary set to this binary), send a request, wait for it to scale to zero and wake it")
+	fs.BoolVar(&c.OrDemo, "or-demo", false, "when consul or nomad is not on PATH, say what is missing and run the -demo demonstration instead of failing")
 	fs.BoolVar(&demo, "demo", false, "without Nomad and Consul: run the gateway, activator, autoscaler and real sidecar+app processes locally and narrate a wake from zero, a burst and the way back to zero")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -67,8 +84,14 @@ func runDev(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "nomad-serverless dev: unexpected argument %q (dev takes only options)\n", fs.Arg(0))
+		fmt.Fprintf(e.stderr, "nomad-serverless dev: unexpected argument %q (dev takes only options; a file to deploy goes after -deploy)\n", fs.Arg(0))
 		return exitUsage
+	}
+	if c.Deploy != "" {
+		if _, err := os.Stat(c.Deploy); err != nil {
+			fmt.Fprintf(e.stderr, "nomad-serverless dev: -deploy: %v\n", err)
+			return exitUsage
+		}
 	}
 	if demo {
 		return runDevDemo(ctx, e, c)
@@ -82,26 +105,35 @@ func runDev(ctx context.Context, e *env, args []string) int {
 	return devRun(ctx, e, c)
 }
 
-// devRun is a dev session: agents, serve, banner, wait, orderly stop.
+// devMissing lists which of consul and nomad are not on path.
+func devMissing(path string) []string {
+	var missing []string
+	for _, name := range []string{"consul", "nomad"} {
+		if _, ok := devagents.LookPath(name, path); !ok {
+			missing = append(missing, name)
+		}
+	}
+	return missing
+}
+
+// devRun is a dev session: agents, serve, banner, the -deploy sequence,
+// wait, orderly stop. Without consul or nomad it runs the demonstration
+// (OrDemo) or says where to get them.
 func devRun(ctx context.Context, e *env, c devConfig) (code int) {
-	// serve's output and dev's own messages share stderr from several
-	// goroutines.
+	// serve's output and dev's own messages share the terminal from
+	// several goroutines.
 	e = &env{stdout: &devLockedWriter{w: e.stdout}, stderr: &devLockedWriter{w: e.stderr}, getenv: e.getenv}
+	h := c.hooks.withDefaults()
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(e.stderr, "nomad-serverless dev: "+format+"\n", a...)
 		return exitError
 	}
 
-	var missing []string
-	bins := map[string]string{}
-	for _, name := range []string{"consul", "nomad"} {
-		p, ok := devLookPath(name, e.getenv("PATH"))
-		if !ok {
-			missing = append(missing, name)
+	if missing := devMissing(e.getenv("PATH")); len(missing) > 0 {
+		if c.OrDemo {
+			fmt.Fprint(e.stdout, devFallbackNote(missing, c.Deploy))
+			return h.demo(ctx, e, c)
 		}
-		bins[name] = p
-	}
-	if len(missing) > 0 {
 		fmt.Fprint(e.stderr, devInstallHelp(missing))
 		return exitError
 	}
@@ -123,14 +155,8 @@ func devRun(ctx context.Context, e *env, c devConfig) (code int) {
 		{gwPort, "gateway", "pass -listen 127.0.0.1:<port>"},
 		{adminPort, "admin API", "pass -admin-listen 127.0.0.1:<port>"},
 	} {
-		if err := devPortFree(chk.port, chk.what); err != nil {
+		if err := devagents.PortFree(chk.port, chk.what); err != nil {
 			return fail("%v (%s)", err, chk.hint)
-		}
-	}
-	ports := devPorts{ConsulHTTP: c.ConsulHTTPPort, NomadHTTP: c.NomadHTTPPort}
-	for _, p := range []*int{&ports.ConsulDNS, &ports.ConsulServer, &ports.ConsulSerfLAN, &ports.ConsulSerfWAN, &ports.ConsulGRPC, &ports.NomadRPC, &ports.NomadSerf} {
-		if *p, err = devFreePort(); err != nil {
-			return fail("%v", err)
 		}
 	}
 
@@ -139,102 +165,85 @@ func devRun(ctx context.Context, e *env, c devConfig) (code int) {
 		if dir, err = os.MkdirTemp("", "nomad-serverless-dev-"); err != nil {
 			return fail("make a data directory: %v", err)
 		}
-		defer os.RemoveAll(dir)
+		defer func() {
+			if code == exitOK {
+				os.RemoveAll(dir)
+				return
+			}
+			fmt.Fprintf(e.stderr, "The agents' configuration, data and logs are kept in %s.\n", dir)
+		}()
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail("-data-dir: %v", err)
 	}
-	consulCfg := filepath.Join(dir, "consul.hcl")
-	nomadCfg := filepath.Join(dir, "nomad.hcl")
-	if err := os.WriteFile(consulCfg, []byte(devConsulConfig(ports)), 0o644); err != nil {
-		return fail("write %s: %v", consulCfg, err)
-	}
-	if err := os.WriteFile(nomadCfg, []byte(devNomadConfig(ports, filepath.Join(dir, "nomad-data"))), 0o644); err != nil {
-		return fail("write %s: %v", nomadCfg, err)
-	}
 
-	// Every process started is stopped on the way out, newest first: serve
-	// before Nomad (its allocations) before Consul (where they register).
-	var started []*devProc
+	consulBin, _ := devagents.LookPath("consul", e.getenv("PATH"))
+	nomadBin, _ := devagents.LookPath("nomad", e.getenv("PATH"))
+	agents, err := devagents.Start(ctx, devagents.Options{
+		ConsulBin: consulBin, NomadBin: nomadBin, Dir: dir,
+		Ports:        devagents.Ports{ConsulHTTP: c.ConsulHTTPPort, NomadHTTP: c.NomadHTTPPort},
+		ReadyTimeout: c.ReadyTimeout, Poll: c.Poll, StopGrace: c.StopGrace,
+		Progress: e.stderr,
+	})
+	if err != nil {
+		return devInterrupted(ctx, e, err)
+	}
+	// Stopped last: serve first, then Nomad (its allocations), then Consul
+	// (where they register).
 	defer func() {
-		for i := len(started) - 1; i >= 0; i-- {
-			p := started[i]
-			if p.exited() {
-				continue
-			}
-			fmt.Fprintf(e.stderr, "Stopping %s...\n", p.name)
-			if p.stop(c.StopGrace) {
-				fmt.Fprintf(e.stderr, "%s did not stop within %s after SIGINT; killed it.\n", p.name, c.StopGrace)
-			}
+		for _, k := range agents.Stop(c.StopGrace) {
+			fmt.Fprintln(e.stderr, k)
 		}
 	}()
 
-	baseEnv := devChildEnv(os.Environ())
-	consulURL := "http://127.0.0.1:" + strconv.Itoa(ports.ConsulHTTP)
-	nomadURL := "http://127.0.0.1:" + strconv.Itoa(ports.NomadHTTP)
-
-	fmt.Fprintf(e.stderr, "Starting Consul dev agent (%s, log %s)...\n", bins["consul"], filepath.Join(dir, "consul.log"))
-	consul, err := devStart("consul", bins["consul"], []string{"agent", "-dev", "-config-file", consulCfg}, baseEnv, filepath.Join(dir, "consul.log"), nil)
-	if err != nil {
-		return fail("%v", err)
-	}
-	started = append(started, consul)
-	if err := devWaitFor(ctx, consul, "Consul at "+consulURL, c.ReadyTimeout, c.Poll, devLeaderCheck(consulURL)); err != nil {
-		return devInterrupted(ctx, e, err)
-	}
-
-	fmt.Fprintf(e.stderr, "Starting Nomad dev agent (%s, log %s)...\n", bins["nomad"], filepath.Join(dir, "nomad.log"))
-	nomad, err := devStart("nomad", bins["nomad"], []string{"agent", "-dev", "-config", nomadCfg}, baseEnv, filepath.Join(dir, "nomad.log"), nil)
-	if err != nil {
-		return fail("%v", err)
-	}
-	started = append(started, nomad)
-	for _, chk := range []func(context.Context) error{devLeaderCheck(nomadURL), devNomadNodeCheck(nomadURL)} {
-		if err := devWaitFor(ctx, nomad, "Nomad at "+nomadURL, c.ReadyTimeout, c.Poll, chk); err != nil {
-			return devInterrupted(ctx, e, err)
-		}
-	}
-
 	fmt.Fprintln(e.stderr, "Starting the control plane (nomad-serverless serve)...")
-	serveEnv := append(baseEnv, "NOMAD_ADDR="+nomadURL, "CONSUL_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(ports.ConsulHTTP))
-	serveOut := &devPrefixWriter{prefix: "serve | ", w: e.stderr}
-	serve, err := devStart("serve", c.Executable, []string{
-		"serve", "-listen", c.Listen, "-admin-listen", c.AdminListen, "-domain", c.Domain, "-replica", "dev",
-	}, serveEnv, "", serveOut)
+	serve, err := devagents.StartProc(devagents.Command{
+		Name: "serve", Path: c.Executable,
+		Args: []string{"serve", "-listen", c.Listen, "-admin-listen", c.AdminListen, "-domain", c.Domain, "-replica", "dev"},
+		Env:  append(devagents.ChildEnv(os.Environ()), "NOMAD_ADDR="+agents.NomadAddr, "CONSUL_HTTP_ADDR="+agents.ConsulAddr),
+		// serve's logs are told apart from dev's own messages.
+		Output: &devPrefixWriter{prefix: "serve | ", w: e.stderr},
+	})
 	if err != nil {
 		return fail("%v", err)
 	}
-	started = append(started, serve)
+	defer func() {
+		if serve.Exited() {
+			return
+		}
+		fmt.Fprintln(e.stderr, "Stopping serve...")
+		if serve.Stop(c.StopGrace) {
+			fmt.Fprintf(e.stderr, "serve did not stop within %s after SIGINT; killed it.\n", c.StopGrace)
+		}
+	}()
 	adminURL := "http://" + devDialAddr(c.AdminListen)
-	if err := devWaitFor(ctx, serve, "serve at "+adminURL, c.ReadyTimeout, c.Poll, func(ctx context.Context) error {
-		_, err := devHTTPGet(ctx, adminURL+"/healthz")
-		return err
+	if err := devagents.WaitFor(ctx, serve, "serve at "+adminURL, c.ReadyTimeout, c.Poll, func(ctx context.Context) error {
+		return devGetOK(ctx, adminURL+"/healthz")
 	}); err != nil {
 		return devInterrupted(ctx, e, err)
 	}
 
-	devBanner(e.stdout, c, nomadURL, consulURL, dir)
+	devBanner(e.stdout, c, agents)
+	if c.Deploy != "" {
+		if code := devDeploy(ctx, e, c, h, agents); code != exitOK {
+			return code
+		}
+	}
 
 	// Run until Ctrl-C or until something we started dies.
-	cases := make(chan *devProc, len(started))
-	for _, p := range started {
-		go func(p *devProc) {
-			select {
-			case <-p.done:
-				cases <- p
-			case <-ctx.Done():
-			}
-		}(p)
-	}
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(e.stderr, "\nInterrupted: stopping everything dev started.")
 		return exitOK
-	case p := <-cases:
-		return fail("%s; stopping the rest.", p.describeExit())
+	case <-serve.Done():
+		return fail("%s; stopping the rest.", serve.Describe())
+	case <-agents.Consul.Done():
+		return fail("%s; stopping the rest.", agents.Consul.Describe())
+	case <-agents.Nomad.Done():
+		return fail("%s; stopping the rest.", agents.Nomad.Describe())
 	}
 }
 
-// devInterrupted reports a failed wait: Ctrl-C during start-up is a normal
+// devInterrupted reports a failed start: Ctrl-C during start-up is a normal
 // way out, anything else an error.
 func devInterrupted(ctx context.Context, e *env, err error) int {
 	if ctx.Err() != nil {
@@ -245,10 +254,10 @@ func devInterrupted(ctx context.Context, e *env, err error) int {
 	return exitError
 }
 
-// devBanner prints where everything is and what to type next.
-func devBanner(w io.Writer, c devConfig, nomadURL, consulURL, dir string) {
+// devBanner prints where everything is and, without -deploy, what to type
+// next.
+func devBanner(w io.Writer, c devConfig, a *devagents.Agents) {
 	gw := "http://" + devDialAddr(c.Listen)
-	host := "testapp.default." + c.Domain
 	fmt.Fprintf(w, `
 nomad-serverless dev is running. Ctrl-C stops everything it started.
 
@@ -260,29 +269,86 @@ nomad-serverless dev is running. Ctrl-C stops everything it started.
 
 In another terminal:
   export NOMAD_ADDR=%[1]s CONSUL_HTTP_ADDR=%[7]s
-  %[8]s deploy -sidecar-command %[8]s -var binary=%[8]s examples/raw-exec.hcl
-  curl -H 'Host: %[9]s' %[3]s/
-  %[8]s status testapp
+`, a.NomadAddr, a.ConsulURL, gw, c.Domain, "http://"+devDialAddr(c.AdminListen),
+		a.Consul.LogPath+", "+a.Nomad.LogPath, a.ConsulAddr)
+	if c.Deploy != "" {
+		fmt.Fprintln(w)
+		return
+	}
+	host := "testapp.default." + c.Domain
+	fmt.Fprintf(w, `  %[1]s deploy -sidecar-command %[1]s -var binary=%[1]s examples/raw-exec.hcl
+  curl -H 'Host: %[2]s' %[3]s/
+  %[1]s status testapp
 
 After a few seconds without requests the revision scales to zero
 (nomad job scaling-events testapp-00001); the next curl wakes it.
-`, nomadURL, consulURL, gw, c.Domain, "http://"+devDialAddr(c.AdminListen),
-		filepath.Join(dir, "consul.log")+", "+filepath.Join(dir, "nomad.log"),
-		strings.TrimPrefix(consulURL, "http://"), c.Executable, host)
+`, c.Executable, host, gw)
 }
 
-// devChildEnv is the environment of the processes dev starts: the user's,
-// without NOMAD_* and CONSUL_* settings that point at another cluster (a
-// token, namespace or CA file of theirs would break the dev agents).
-func devChildEnv(environ []string) []string {
-	out := make([]string, 0, len(environ))
-	for _, kv := range environ {
-		if strings.HasPrefix(kv, "NOMAD_") || strings.HasPrefix(kv, "CONSUL_") {
-			continue
-		}
-		out = append(out, kv)
+// devInstallHelp says which of consul and nomad are missing and where to get
+// them.
+func devInstallHelp(missing []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "nomad-serverless dev: %s not on PATH.\n\n", devJoinMissing(missing))
+	b.WriteString("dev runs local Consul and Nomad dev agents, so it needs both binaries. Install:\n")
+	for _, m := range missing {
+		fmt.Fprintf(&b, "  %-6s %s (a single binary: unzip it into a directory on PATH)\n", m, devagents.InstallURL(m))
 	}
-	return out
+	b.WriteString("or on Debian/Ubuntu, from HashiCorp's apt repository:\n")
+	b.WriteString("  wget -O- https://apt.releases.hashicorp.com/gpg | sudo gpg --dearmor -o /usr/share/keyrings/hashicorp-archive-keyring.gpg\n")
+	b.WriteString("  echo \"deb [signed-by=/usr/share/keyrings/hashicorp-archive-keyring.gpg] https://apt.releases.hashicorp.com $(lsb_release -cs) main\" | sudo tee /etc/apt/sources.list.d/hashicorp.list\n")
+	fmt.Fprintf(&b, "  sudo apt-get update && sudo apt-get install %s\n", strings.Join(missing, " "))
+	b.WriteString("(macOS: brew tap hashicorp/tap && brew install hashicorp/tap/nomad hashicorp/tap/consul)\n\n")
+	b.WriteString("Without them, 'nomad-serverless dev -demo' runs the gateway, activator, autoscaler and real\n")
+	b.WriteString("sidecar and app processes on this machine, with no Nomad or Consul.\n")
+	return b.String()
+}
+
+// devFallbackNote is the paragraph -or-demo prints before the
+// demonstration: what is missing, where to get it, what runs instead.
+func devFallbackNote(missing []string, deploy string) string {
+	what := "dev agents cannot run"
+	if deploy != "" {
+		what = deploy + " cannot be deployed onto real Nomad and Consul dev agents"
+	}
+	var urls []string
+	for _, m := range missing {
+		urls = append(urls, devagents.InstallURL(m))
+	}
+	text := fmt.Sprintf("%s not on PATH, so %s. Get %s from %s (a single binary each, to put on PATH; "+
+		"'nomad-serverless dev' shows the apt and brew commands) and run this again. "+
+		"Meanwhile, here is the local demonstration (nomad-serverless dev -demo):",
+		devJoinMissing(missing), what, strings.Join(missing, " and "), strings.Join(urls, " and "))
+	return devWrap(text, 100) + "\n\n"
+}
+
+// devWrap breaks text into lines of at most width columns at spaces (a
+// longer word stays whole).
+func devWrap(text string, width int) string {
+	var b strings.Builder
+	col := 0
+	for _, w := range strings.Fields(text) {
+		switch {
+		case col == 0:
+		case col+1+len(w) > width:
+			b.WriteByte('\n')
+			col = 0
+		default:
+			b.WriteByte(' ')
+			col++
+		}
+		b.WriteString(w)
+		col += len(w)
+	}
+	return b.String()
+}
+
+// devJoinMissing is "consul is", "nomad is" or "consul and nomad are".
+func devJoinMissing(missing []string) string {
+	if len(missing) == 1 {
+		return missing[0] + " is"
+	}
+	return strings.Join(missing, " and ") + " are"
 }
 
 // devListenPort returns the port of a listen address.

@@ -20,6 +20,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	svchcl "github.com/nomad-serverless/nomad-serverless/hcl"
+	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
 	"github.com/nomad-serverless/nomad-serverless/internal/localcluster"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -110,13 +111,17 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 
 	var missing []string
 	for _, name := range []string{"consul", "nomad"} {
-		if _, ok := devLookPath(name, e.getenv("PATH")); !ok {
+		if _, ok := devagents.LookPath(name, e.getenv("PATH")); !ok {
 			missing = append(missing, name)
 		}
 	}
-	if len(missing) > 0 {
+	switch {
+	case c.OrDemo:
+		// -or-demo already said what is missing and where to get it.
+		fmt.Fprintln(e.stdout, "Demo without Nomad and Consul.")
+	case len(missing) > 0:
 		fmt.Fprintf(e.stdout, "Demo without Nomad and Consul (%s not on PATH: see 'nomad-serverless dev' for where to get them).\n", strings.Join(missing, ", "))
-	} else {
+	default:
 		fmt.Fprintln(e.stdout, "Demo without Nomad and Consul ('nomad-serverless dev' without -demo runs the real agents).")
 	}
 	fmt.Fprintln(e.stdout, "Real here: the gateway and activator, the autoscaler, and every instance's queue-proxy sidecar and")
@@ -292,7 +297,11 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 	if failed.Load() > 0 {
 		return fail("%d requests of the burst failed", failed.Load())
 	}
-	fmt.Fprintln(e.stdout, "\nOn a real cluster: 'nomad-serverless dev' (Consul and Nomad dev agents), then deploy examples/raw-exec.hcl.")
+	if c.OrDemo {
+		fmt.Fprintln(e.stdout, "\nWith consul and nomad on PATH, the same command runs this on real Nomad and Consul dev agents.")
+	} else {
+		fmt.Fprintln(e.stdout, "\nOn a real cluster: 'nomad-serverless dev -deploy examples/raw-exec.hcl' (Consul and Nomad dev agents).")
+	}
 	return exitOK
 }
 

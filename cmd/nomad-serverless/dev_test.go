@@ -6,194 +6,38 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
-
 	svchcl "github.com/nomad-serverless/nomad-serverless/hcl"
+	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
+	"github.com/nomad-serverless/nomad-serverless/internal/devagents/devagentstest"
 	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 )
 
 // The dev tests run dev against fake `consul`, `nomad` and `serve`
-// executables: shell scripts on a temporary PATH that re-run this test binary
-// as TestDevFakeProcess. A fake serves what dev polls (/v1/status/leader,
-// /v1/nodes, /healthz) on the port dev configured it with, and appends what
-// happens to it (start with its arguments, stop with the signal) to an
-// events file the test reads.
-
-const devFakeRoleEnv = "NOMAD_SERVERLESS_DEV_FAKE_ROLE"
+// executables (internal/devagents/devagentstest): this test binary run
+// again as TestDevFakeProcess. internal/devagents has the tests of the
+// agents' start, waits and stop; these test what dev adds: the banner,
+// serve, the -deploy sequence, the -or-demo decision, the order things stop.
 
 // TestDevFakeProcess is not a test: it is the body of the fake executables,
 // and returns at once when the test binary runs normally.
-func TestDevFakeProcess(t *testing.T) {
-	role := os.Getenv(devFakeRoleEnv)
-	if role == "" {
-		return
-	}
-	os.Exit(devFakeMain(role, devArgsAfterDashDash(os.Args)))
+func TestDevFakeProcess(t *testing.T) { devagentstest.RunIfFake() }
+
+func newDevFakes(t *testing.T, roles []string, env map[string]string) devagentstest.Fakes {
+	return devagentstest.New(t, "TestDevFakeProcess", roles, env)
 }
 
-func devArgsAfterDashDash(args []string) []string {
-	for i, a := range args {
-		if a == "--" {
-			return args[i+1:]
-		}
-	}
-	return nil
-}
-
-func devFakeMain(role string, args []string) int {
-	events := os.Getenv("DEV_FAKE_EVENTS")
-	logEvent := func(format string, a ...any) {
-		f, err := os.OpenFile(events, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return
-		}
-		defer f.Close()
-		fmt.Fprintf(f, format+"\n", a...)
-	}
-	logEvent("start %s pid=%d args=%s", role, os.Getpid(), strings.Join(args, " "))
-	if role == "serve" {
-		logEvent("env serve NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s NOMAD_TOKEN=%s", os.Getenv("NOMAD_ADDR"), os.Getenv("CONSUL_HTTP_ADDR"), os.Getenv("NOMAD_TOKEN"))
-	}
-	if os.Getenv("DEV_FAKE_FAIL") == role {
-		fmt.Fprintln(os.Stderr, "boom: the fake "+role+" refuses to start")
-		return 3
-	}
-
-	var addr string
-	switch role {
-	case "consul", "nomad":
-		flagName := map[string]string{"consul": "-config-file", "nomad": "-config"}[role]
-		cfg, err := os.ReadFile(installTestFlag(args, flagName))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "fake: read config:", err)
-			return 2
-		}
-		m := regexp.MustCompile(`(?m)^\s*http\s*=\s*(\d+)`).FindSubmatch(cfg)
-		if m == nil {
-			fmt.Fprintln(os.Stderr, "fake: no http port in config")
-			return 2
-		}
-		addr = "127.0.0.1:" + string(m[1])
-	case "serve":
-		addr = installTestFlag(args, "-admin-listen")
-	}
-
-	start := time.Now()
-	leaderDelay, _ := time.ParseDuration(os.Getenv("DEV_FAKE_LEADER_DELAY"))
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/status/leader", func(w http.ResponseWriter, r *http.Request) {
-		if time.Since(start) < leaderDelay {
-			logEvent("poll %s leader=none", role)
-			fmt.Fprint(w, `""`)
-			return
-		}
-		fmt.Fprint(w, `"127.0.0.1:8300"`)
-	})
-	mux.HandleFunc("/v1/nodes", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `[{"ID":"fake-node","Status":"ready"}]`)
-	})
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, "ok")
-	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fake: listen:", err)
-		return 2
-	}
-	go http.Serve(ln, mux)
-	fmt.Fprintf(os.Stderr, "fake %s listening on %s\n", role, addr)
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	ignore := os.Getenv("DEV_FAKE_IGNORE_INT") == role
-	for {
-		select {
-		case sig := <-sigs:
-			logEvent("stop %s signal=%s", role, sig)
-			if !ignore {
-				return 0
-			}
-		case <-time.After(2 * time.Minute):
-			// A fake never outlives its test, even if the test died.
-			logEvent("timeout %s", role)
-			return 4
-		}
-	}
-}
-
-// devFakes writes fake consul, nomad and serve executables into a new
-// directory and returns it with the events file they append to.
-type devFakes struct {
-	dir, events string
-}
-
-func newDevFakes(t *testing.T, roles []string, env map[string]string) devFakes {
-	t.Helper()
-	dir := t.TempDir()
-	f := devFakes{dir: dir, events: filepath.Join(dir, "events")}
-	var exports strings.Builder
-	for k, v := range env {
-		fmt.Fprintf(&exports, "export %s=%q\n", k, v)
-	}
-	for _, role := range roles {
-		script := fmt.Sprintf("#!/bin/sh\n%sexport DEV_FAKE_EVENTS=%q %s=%s\nexec %q -test.run='^TestDevFakeProcess$' -- \"$@\"\n",
-			exports.String(), f.events, devFakeRoleEnv, role, os.Args[0])
-		if err := os.WriteFile(filepath.Join(dir, role), []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return f
-}
-
-func (f devFakes) lines(t *testing.T) []string {
-	t.Helper()
-	b, err := os.ReadFile(f.events)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(strings.TrimSpace(string(b)), "\n")
-}
-
-// pids returns the PID of every fake that started.
-func (f devFakes) pids(t *testing.T) map[string]int {
-	out := map[string]int{}
-	for _, l := range f.lines(t) {
-		var role string
-		var pid int
-		if n, _ := fmt.Sscanf(l, "start %s pid=%d", &role, &pid); n == 2 {
-			out[role] = pid
-		}
-	}
-	return out
-}
-
-// stops returns the roles in the order they logged a stop.
-func (f devFakes) stops(t *testing.T) []string {
-	var out []string
-	for _, l := range f.lines(t) {
-		if fields := strings.Fields(l); len(fields) > 1 && fields[0] == "stop" {
-			out = append(out, fields[1])
-		}
-	}
-	return out
-}
+var allDevRoles = []string{"consul", "nomad", "serve"}
 
 // devSyncBuffer is a bytes.Buffer safe for the test and dev's goroutines.
 type devSyncBuffer struct {
@@ -213,9 +57,10 @@ func (s *devSyncBuffer) String() string {
 	return s.b.String()
 }
 
-func devTestFreePort(t *testing.T) int {
+// devTestFreePorts returns n distinct ports free on 127.0.0.1.
+func devTestFreePorts(t *testing.T) devagents.Ports {
 	t.Helper()
-	p, err := devFreePort()
+	p, err := devagents.Ports{}.FillFree()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,15 +68,17 @@ func devTestFreePort(t *testing.T) int {
 }
 
 // devTestConfig is a dev session against the fakes, with short bounds.
-func devTestConfig(t *testing.T, f devFakes) devConfig {
+func devTestConfig(t *testing.T, f devagentstest.Fakes) devConfig {
+	p := devTestFreePorts(t)
 	return devConfig{
-		Listen:         "127.0.0.1:" + strconv.Itoa(devTestFreePort(t)),
-		AdminListen:    "127.0.0.1:" + strconv.Itoa(devTestFreePort(t)),
+		// Ports nobody else picks: the agents' own ports of a FillFree.
+		Listen:         "127.0.0.1:" + strconv.Itoa(p.ConsulDNS),
+		AdminListen:    "127.0.0.1:" + strconv.Itoa(p.ConsulServer),
 		Domain:         "localhost",
-		ConsulHTTPPort: devTestFreePort(t),
-		NomadHTTPPort:  devTestFreePort(t),
+		ConsulHTTPPort: p.ConsulHTTP,
+		NomadHTTPPort:  p.NomadHTTP,
 		DataDir:        filepath.Join(t.TempDir(), "data"),
-		Executable:     filepath.Join(f.dir, "serve"),
+		Executable:     f.Path("serve"),
 		ReadyTimeout:   20 * time.Second,
 		StopGrace:      5 * time.Second,
 		Poll:           20 * time.Millisecond,
@@ -250,8 +97,12 @@ func startDevSession(t *testing.T, c devConfig, path string) *devSession {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &devSession{stdout: &devSyncBuffer{}, stderr: &devSyncBuffer{}, cancel: cancel, code: make(chan int, 1)}
 	e := &env{stdout: s.stdout, stderr: s.stderr, getenv: func(k string) string {
-		if k == "PATH" {
+		switch k {
+		case "PATH":
 			return path
+		case "NOMAD_SERVERLESS_SIDECAR_IMAGE":
+			// A user's cluster-wide default, which -deploy must hide.
+			return "registry.example/nomad-serverless:1"
 		}
 		return ""
 	}}
@@ -275,7 +126,10 @@ func (s *devSession) waitOutput(t *testing.T, want string, timeout time.Duration
 		select {
 		case code := <-s.code:
 			s.code <- code
-			t.Fatalf("dev returned %d before printing %q\nstderr:\n%s", code, want, s.stderr.String())
+			if strings.Contains(s.stdout.String(), want) {
+				return
+			}
+			t.Fatalf("dev returned %d before printing %q\nstdout:\n%s\nstderr:\n%s", code, want, s.stdout.String(), s.stderr.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -296,21 +150,10 @@ func (s *devSession) wait(t *testing.T, timeout time.Duration) int {
 	}
 }
 
-func devAssertGone(t *testing.T, pids map[string]int) {
-	t.Helper()
-	for role, pid := range pids {
-		// The fakes are dev's children: once dev reaped them, signal 0
-		// reports ESRCH.
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("%s (pid %d) still exists after dev returned (kill 0: %v)", role, pid, err)
-		}
-	}
-}
-
 func TestDevStartsWaitsAndStopsInOrder(t *testing.T) {
-	f := newDevFakes(t, []string{"consul", "nomad", "serve"}, map[string]string{"DEV_FAKE_LEADER_DELAY": "300ms"})
+	f := newDevFakes(t, allDevRoles, map[string]string{"FAKE_LEADER_DELAY": "300ms"})
 	c := devTestConfig(t, f)
-	s := startDevSession(t, c, f.dir)
+	s := startDevSession(t, c, f.Dir)
 	s.waitOutput(t, "Ctrl-C stops everything", 30*time.Second)
 
 	out := s.stdout.String()
@@ -319,6 +162,7 @@ func TestDevStartsWaitsAndStopsInOrder(t *testing.T) {
 		fmt.Sprintf("Consul UI   http://127.0.0.1:%d/ui/", c.ConsulHTTPPort),
 		"Gateway     http://" + c.Listen,
 		"Admin API   http://" + c.AdminListen + "/v1/autoscaler/revisions",
+		"Logs        " + filepath.Join(c.DataDir, "consul.log") + ", " + filepath.Join(c.DataDir, "nomad.log"),
 		fmt.Sprintf("export NOMAD_ADDR=http://127.0.0.1:%d CONSUL_HTTP_ADDR=127.0.0.1:%d", c.NomadHTTPPort, c.ConsulHTTPPort),
 		c.Executable + " deploy -sidecar-command " + c.Executable + " -var binary=" + c.Executable + " examples/raw-exec.hcl",
 		"curl -H 'Host: testapp.default.localhost' http://" + c.Listen + "/",
@@ -328,48 +172,35 @@ func TestDevStartsWaitsAndStopsInOrder(t *testing.T) {
 		}
 	}
 
-	lines := f.lines(t)
-	joined := strings.Join(lines, "\n")
+	joined := strings.Join(f.Lines(t), "\n") + "\n"
 	for _, want := range []string{
-		"args=agent -dev -config-file " + filepath.Join(c.DataDir, "consul.hcl"),
-		"args=agent -dev -config " + filepath.Join(c.DataDir, "nomad.hcl"),
 		"args=serve -listen " + c.Listen + " -admin-listen " + c.AdminListen + " -domain localhost -replica dev",
 		fmt.Sprintf("env serve NOMAD_ADDR=http://127.0.0.1:%d CONSUL_HTTP_ADDR=127.0.0.1:%d NOMAD_TOKEN=\n", c.NomadHTTPPort, c.ConsulHTTPPort),
 		"poll consul leader=none", // dev waited for the election
 	} {
-		if !strings.Contains(joined+"\n", want) {
+		if !strings.Contains(joined, want) {
 			t.Errorf("events lack %q:\n%s", want, joined)
 		}
 	}
-	// Nomad starts only once Consul has a leader, serve only once Nomad has.
-	var order []string
-	for _, l := range lines {
-		if strings.HasPrefix(l, "start ") {
-			order = append(order, strings.Fields(l)[1])
-		}
-	}
-	if !slices.Equal(order, []string{"consul", "nomad", "serve"}) {
-		t.Errorf("start order = %v", order)
-	}
-	nomadCfg, _ := os.ReadFile(filepath.Join(c.DataDir, "nomad.hcl"))
-	if !strings.Contains(string(nomadCfg), fmt.Sprintf(`address      = "127.0.0.1:%d"`, c.ConsulHTTPPort)) {
-		t.Errorf("Nomad is not pointed at the Consul dev agent:\n%s", nomadCfg)
+	// serve starts only once Nomad has a node.
+	if got := f.Starts(t); !slices.Equal(got, allDevRoles) {
+		t.Errorf("start order = %v", got)
 	}
 
-	pids := f.pids(t)
+	pids := f.PIDs(t)
 	s.cancel() // Ctrl-C
 	if code := s.wait(t, 30*time.Second); code != exitOK {
 		t.Fatalf("dev after Ctrl-C: exit %d\n%s", code, s.stderr.String())
 	}
-	if got := f.stops(t); !slices.Equal(got, []string{"serve", "nomad", "consul"}) {
+	if got := f.Stops(t); !slices.Equal(got, []string{"serve", "nomad", "consul"}) {
 		t.Errorf("stop order = %v, want serve, nomad, consul", got)
 	}
-	for _, l := range f.lines(t) {
+	for _, l := range f.Lines(t) {
 		if strings.HasPrefix(l, "stop ") && !strings.HasSuffix(l, "signal=interrupt") {
 			t.Errorf("stopped with something else than SIGINT: %s", l)
 		}
 	}
-	devAssertGone(t, pids)
+	devagentstest.AssertGone(t, pids)
 	if !strings.Contains(s.stderr.String(), "serve | fake serve listening on "+c.AdminListen) {
 		t.Errorf("serve's output is not shown with its prefix:\n%s", s.stderr.String())
 	}
@@ -386,7 +217,7 @@ func TestDevMissingBinaries(t *testing.T) {
 		{[]string{"nomad"}, "consul is not on PATH", "developer.hashicorp.com/nomad/install"},
 	} {
 		f := newDevFakes(t, tc.have, nil)
-		s := startDevSession(t, devTestConfig(t, f), f.dir)
+		s := startDevSession(t, devTestConfig(t, f), f.Dir)
 		if code := s.wait(t, 10*time.Second); code != exitError {
 			t.Errorf("have %v: exit %d, want %d", tc.have, code, exitError)
 		}
@@ -407,16 +238,277 @@ func TestDevMissingBinaries(t *testing.T) {
 		if tc.absent != "" && strings.Contains(msg, tc.absent) {
 			t.Errorf("have %v: message tells to install what is there (%s)", tc.have, tc.absent)
 		}
-		if lines := f.lines(t); len(lines) != 0 {
+		if lines := f.Lines(t); len(lines) != 0 {
 			t.Errorf("have %v: started something: %v", tc.have, lines)
 		}
 	}
 }
 
-func TestDevAgentFailingAtStartStopsTheRest(t *testing.T) {
-	f := newDevFakes(t, []string{"consul", "nomad", "serve"}, map[string]string{"DEV_FAKE_FAIL": "nomad"})
+// -or-demo: without the binaries dev says what is missing in one paragraph
+// and runs the demonstration, exiting with its status; with them it runs
+// the agents and never the demonstration.
+func TestDevOrDemoDecision(t *testing.T) {
+	for _, tc := range []struct {
+		have     []string
+		demoCode int
+		want     string
+	}{
+		{nil, exitOK, "consul and nomad are not on PATH, so ../../examples/raw-exec.hcl cannot be deployed onto real Nomad and Consul dev agents."},
+		{[]string{"consul"}, exitError, "nomad is not on PATH, so ../../examples/raw-exec.hcl cannot be deployed"},
+	} {
+		f := newDevFakes(t, tc.have, nil)
+		c := devTestConfig(t, f)
+		c.Deploy, c.OrDemo = filepath.Join("..", "..", "examples", "raw-exec.hcl"), true
+		var demoRan devConfig
+		c.hooks.demo = func(ctx context.Context, e *env, dc devConfig) int {
+			demoRan = dc
+			fmt.Fprintln(e.stdout, "the demonstration ran")
+			return tc.demoCode
+		}
+		s := startDevSession(t, c, f.Dir)
+		if code := s.wait(t, 10*time.Second); code != tc.demoCode {
+			t.Errorf("have %v: exit %d, want the demonstration's %d", tc.have, code, tc.demoCode)
+		}
+		out := s.stdout.String()
+		note, rest, _ := strings.Cut(out, "the demonstration ran")
+		if !strings.Contains(strings.Join(strings.Fields(note), " "), tc.want) || rest != "\n" || demoRan.Executable != c.Executable || !demoRan.OrDemo {
+			t.Errorf("have %v: stdout\n%s", tc.have, out)
+		}
+		for _, m := range []string{"consul", "nomad"} {
+			if link := devagents.InstallURL(m); slices.Contains(tc.have, m) == strings.Contains(note, link) {
+				t.Errorf("have %v: link for %s wrong in\n%s", tc.have, m, note)
+			}
+		}
+		if strings.Count(strings.TrimSpace(note), "\n\n") > 0 {
+			t.Errorf("the note is not one paragraph:\n%s", note)
+		}
+		for _, l := range strings.Split(note, "\n") {
+			if len(l) > 100 {
+				t.Errorf("line longer than 100 columns: %q", l)
+			}
+		}
+		if len(f.Lines(t)) != 0 {
+			t.Errorf("have %v: started something: %v", tc.have, f.Lines(t))
+		}
+	}
+
+	// With both binaries, -or-demo changes nothing.
+	f := newDevFakes(t, allDevRoles, nil)
 	c := devTestConfig(t, f)
-	s := startDevSession(t, c, f.dir)
+	c.OrDemo = true
+	c.hooks.demo = func(context.Context, *env, devConfig) int {
+		t.Error("the demonstration ran although consul and nomad are on PATH")
+		return exitError
+	}
+	s := startDevSession(t, c, f.Dir)
+	s.waitOutput(t, "Ctrl-C stops everything", 30*time.Second)
+	s.cancel()
+	if code := s.wait(t, 30*time.Second); code != exitOK {
+		t.Errorf("exit %d", code)
+	}
+}
+
+// devScriptedNomad answers Revisions with a scripted count: the revision
+// has one instance for the first `up` calls, then none.
+type devScriptedNomad struct {
+	mu    sync.Mutex
+	calls int
+	up    int
+	err   error
+}
+
+func (n *devScriptedNomad) Revisions(ctx context.Context, namespace, service string) ([]nomadjob.RevisionStatus, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.calls++
+	if namespace != "default" || service != "testapp" {
+		return nil, fmt.Errorf("asked for %s/%s", namespace, service)
+	}
+	if n.err != nil {
+		return nil, n.err
+	}
+	old := nomadjob.RevisionStatus{RevisionInfo: nomadjob.RevisionInfo{Name: "testapp-00001", Generation: 1}, Desired: 1, Running: 1}
+	rev := nomadjob.RevisionStatus{RevisionInfo: nomadjob.RevisionInfo{Name: "testapp-00002", Generation: 2}}
+	if n.calls <= n.up {
+		rev.Desired, rev.Running = 1, 1
+	}
+	// An older revision still running does not count.
+	return []nomadjob.RevisionStatus{old, rev}, nil
+}
+
+// devDeployCall is what the fake deploy saw.
+type devDeployCall struct {
+	args                         []string
+	nomadAddr, consulAddr, token string
+	sidecarImage                 string
+}
+
+// devDeployTest sets up a -deploy session of examples/raw-exec.hcl against
+// the fakes, with a deploy that prints what the real one prints and exits
+// with code.
+func devDeployTest(t *testing.T, code int, nomad *devScriptedNomad) (devConfig, devagentstest.Fakes, chan devDeployCall) {
+	// dev points its own process at the agents it started; the test
+	// process gets its environment back afterwards.
+	for _, kv := range os.Environ() {
+		if name, value, _ := strings.Cut(kv, "="); devagents.ClusterVar(name) {
+			t.Setenv(name, value)
+		}
+	}
+	t.Setenv("NOMAD_ADDR", "http://nomad.elsewhere.example:4646")
+	t.Setenv("CONSUL_HTTP_ADDR", "consul.elsewhere.example:8500")
+	t.Setenv("NOMAD_TOKEN", "token-of-another-cluster")
+
+	f := newDevFakes(t, allDevRoles, nil)
+	c := devTestConfig(t, f)
+	c.Deploy = filepath.Join("..", "..", "examples", "raw-exec.hcl")
+	calls := make(chan devDeployCall, 1)
+	c.hooks.deploy = func(ctx context.Context, e *env, args []string) int {
+		calls <- devDeployCall{args: args, nomadAddr: os.Getenv("NOMAD_ADDR"), consulAddr: os.Getenv("CONSUL_HTTP_ADDR"), token: os.Getenv("NOMAD_TOKEN"),
+			sidecarImage: e.getenv("NOMAD_SERVERLESS_SIDECAR_IMAGE")}
+		if code != exitOK {
+			fmt.Fprintln(e.stderr, "Error: revision testapp-00002 failed to start: allocation 1234abcd: exec failed")
+			return code
+		}
+		fmt.Fprintln(e.stdout, "testapp-00002: registered (generation 2)")
+		fmt.Fprintln(e.stdout, "testapp-00002: ready (1/1 instances passing) in 1.2s")
+		return exitOK
+	}
+	c.hooks.revisions = func() (devRevisionSource, error) { return nomad, nil }
+	return c, f, calls
+}
+
+func TestDevDeploySequence(t *testing.T) {
+	nomad := &devScriptedNomad{up: 3}
+	c, f, calls := devDeployTest(t, exitOK, nomad)
+	s := startDevSession(t, c, f.Dir)
+	s.waitOutput(t, "Ctrl-C stops everything.\n", 30*time.Second)
+	ports := devagents.Ports{ConsulHTTP: c.ConsulHTTPPort, NomadHTTP: c.NomadHTTPPort}
+
+	call := <-calls
+	if want := []string{"-sidecar-command", c.Executable, "-var", "binary=" + c.Executable, c.Deploy}; !slices.Equal(call.args, want) {
+		t.Errorf("deploy args = %q, want %q", call.args, want)
+	}
+	if call.nomadAddr != fmt.Sprintf("http://127.0.0.1:%d", ports.NomadHTTP) || call.consulAddr != fmt.Sprintf("127.0.0.1:%d", ports.ConsulHTTP) || call.token != "" {
+		t.Errorf("deploy ran with NOMAD_ADDR=%q CONSUL_HTTP_ADDR=%q NOMAD_TOKEN=%q; want the dev agents and no token", call.nomadAddr, call.consulAddr, call.token)
+	}
+	if call.sidecarImage != "" {
+		t.Errorf("deploy saw NOMAD_SERVERLESS_SIDECAR_IMAGE=%q beside -sidecar-command", call.sidecarImage)
+	}
+
+	out := s.stdout.String()
+	t.Logf("dev's output:\n%s", out)
+	host, gw := "testapp.default.localhost", "http://"+c.Listen
+	steps := []string{
+		"nomad-serverless dev is running",
+		"Deploying " + c.Deploy + ":\n  $ nomad-serverless deploy -sidecar-command " + c.Executable,
+		"  testapp-00002: ready (1/1 instances passing) in 1.2s\n",
+		"testapp is at http://" + host + "/\n  $ curl -H 'Host: " + host + "' " + gw + "/\n",
+		"Request through the gateway: 200 OK \"ok from the fake gateway\"\n",
+		"Waiting for testapp-00002 to scale to zero (no requests for its 6s window, then its 5s grace; at most 1m11s)...",
+		"  testapp-00002: 1 desired, 1 running",
+		"  testapp-00002: 0 desired, 0 running",
+		"testapp-00002 is at zero after ",
+		"Request at zero woke it: 200 OK \"ok from the fake gateway\"; first byte after ",
+		"Still running: curl -H 'Host: " + host + "' " + gw + "/",
+	}
+	at := 0
+	for _, step := range steps {
+		i := strings.Index(out[at:], step)
+		if i < 0 {
+			t.Fatalf("output lacks %q after offset %d:\n%s", step, at, out)
+		}
+		at += i + len(step)
+	}
+	if m := regexp.MustCompile(`first byte after (\d+)ms`).FindStringSubmatch(out); m == nil {
+		t.Errorf("the wake's first byte is not timed in ms:\n%s", out)
+	}
+	if strings.Contains(out, "In another terminal:\n  export NOMAD_ADDR") && strings.Contains(out, " deploy -sidecar-command "+c.Executable+" -var binary="+c.Executable+" examples/raw-exec.hcl\n  curl") {
+		t.Errorf("with -deploy the banner still tells to deploy by hand:\n%s", out)
+	}
+	// Two requests reached the gateway (serve), both for the service's host.
+	var requests []string
+	for _, l := range f.Lines(t) {
+		if strings.HasPrefix(l, "request serve") {
+			requests = append(requests, l)
+		}
+	}
+	if want := "request serve host=" + host + " path=/"; len(requests) != 2 || requests[0] != want || requests[1] != want {
+		t.Errorf("requests through the gateway = %q", requests)
+	}
+
+	pids := f.PIDs(t)
+	s.cancel()
+	if code := s.wait(t, 30*time.Second); code != exitOK {
+		t.Fatalf("exit %d after Ctrl-C\n%s", code, s.stderr.String())
+	}
+	if got := f.Stops(t); !slices.Equal(got, []string{"serve", "nomad", "consul"}) {
+		t.Errorf("stop order = %v", got)
+	}
+	devagentstest.AssertGone(t, pids)
+}
+
+func TestDevDeployFailures(t *testing.T) {
+	t.Run("deploy fails", func(t *testing.T) {
+		c, f, _ := devDeployTest(t, exitError, &devScriptedNomad{})
+		s := startDevSession(t, c, f.Dir)
+		if code := s.wait(t, 30*time.Second); code != exitError {
+			t.Fatalf("exit %d, want %d", code, exitError)
+		}
+		msg := s.stderr.String()
+		for _, want := range []string{"  Error: revision testapp-00002 failed to start", "deploy of " + c.Deploy + " failed (exit 1", "Stopping serve"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, msg)
+			}
+		}
+		if got := f.Stops(t); !slices.Equal(got, []string{"serve", "nomad", "consul"}) {
+			t.Errorf("stop order = %v", got)
+		}
+		if f.Has(t, "request serve") {
+			t.Errorf("requests sent after a failed deploy")
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		nomad *devScriptedNomad
+		want  string
+	}{
+		{"never reaches zero", &devScriptedNomad{up: 1 << 30},
+			"testapp-00002 did not scale to zero within 300ms (last seen: 1 desired, 1 running); see `nomad job scaling-events testapp-00002`"},
+		{"Nomad unreadable", &devScriptedNomad{err: errors.New("list revisions: connection refused")},
+			"testapp did not scale to zero within 300ms (last error: list revisions: connection refused)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, f, _ := devDeployTest(t, exitOK, tc.nomad)
+			c.ZeroWait = 300 * time.Millisecond
+			s := startDevSession(t, c, f.Dir)
+			if code := s.wait(t, 30*time.Second); code != exitError {
+				t.Fatalf("exit %d, want %d", code, exitError)
+			}
+			if msg := s.stderr.String(); !strings.Contains(msg, tc.want) {
+				t.Errorf("stderr lacks %q:\n%s", tc.want, msg)
+			}
+			if got := f.Stops(t); !slices.Equal(got, []string{"serve", "nomad", "consul"}) {
+				t.Errorf("stop order = %v", got)
+			}
+		})
+	}
+}
+
+func TestDevDeclaresVar(t *testing.T) {
+	dir := t.TempDir()
+	with := filepath.Join(dir, "with.hcl")
+	os.WriteFile(with, []byte("variable \"binary\" {\n  default = \"x\"\n}\nservice \"a\" {}\n"), 0o644)
+	without := filepath.Join(dir, "without.hcl")
+	os.WriteFile(without, []byte("variable \"image\" {}\nservice \"binary\" {}\n"), 0o644)
+	if !devDeclaresVar(with, "binary") || devDeclaresVar(without, "binary") || devDeclaresVar(filepath.Join(dir, "none.hcl"), "binary") {
+		t.Errorf("devDeclaresVar wrong")
+	}
+}
+
+func TestDevAgentFailingAtStartStopsTheRest(t *testing.T) {
+	f := newDevFakes(t, allDevRoles, map[string]string{"FAKE_FAIL": "nomad"})
+	c := devTestConfig(t, f)
+	s := startDevSession(t, c, f.Dir)
 	if code := s.wait(t, 30*time.Second); code != exitError {
 		t.Fatalf("exit %d, want %d", code, exitError)
 	}
@@ -426,22 +518,22 @@ func TestDevAgentFailingAtStartStopsTheRest(t *testing.T) {
 			t.Errorf("message lacks %q:\n%s", want, msg)
 		}
 	}
-	if got := f.stops(t); !slices.Equal(got, []string{"consul"}) {
+	if got := f.Stops(t); !slices.Equal(got, []string{"consul"}) {
 		t.Errorf("stops = %v, want consul stopped", got)
 	}
-	if strings.Contains(strings.Join(f.lines(t), "\n"), "start serve") {
+	if f.Has(t, "start serve") {
 		t.Errorf("serve started although Nomad failed")
 	}
-	devAssertGone(t, f.pids(t))
+	devagentstest.AssertGone(t, f.PIDs(t))
 }
 
 func TestDevKillsWhatIgnoresSIGINT(t *testing.T) {
-	f := newDevFakes(t, []string{"consul", "nomad", "serve"}, map[string]string{"DEV_FAKE_IGNORE_INT": "serve"})
+	f := newDevFakes(t, allDevRoles, map[string]string{"FAKE_IGNORE_INT": "serve"})
 	c := devTestConfig(t, f)
 	c.StopGrace = 500 * time.Millisecond
-	s := startDevSession(t, c, f.dir)
+	s := startDevSession(t, c, f.Dir)
 	s.waitOutput(t, "Ctrl-C stops everything", 30*time.Second)
-	pids := f.pids(t)
+	pids := f.PIDs(t)
 	s.cancel()
 	if code := s.wait(t, 30*time.Second); code != exitOK {
 		t.Fatalf("exit %d", code)
@@ -449,34 +541,25 @@ func TestDevKillsWhatIgnoresSIGINT(t *testing.T) {
 	if !strings.Contains(s.stderr.String(), "serve did not stop within 500ms after SIGINT; killed it.") {
 		t.Errorf("no word of the kill:\n%s", s.stderr.String())
 	}
-	if got := f.stops(t); !slices.Equal(got, []string{"serve", "nomad", "consul"}) {
+	if got := f.Stops(t); !slices.Equal(got, []string{"serve", "nomad", "consul"}) {
 		t.Errorf("stops = %v", got)
 	}
-	devAssertGone(t, pids)
+	devagentstest.AssertGone(t, pids)
 }
 
-func TestDevStartupBounds(t *testing.T) {
-	t.Run("no leader within the timeout", func(t *testing.T) {
-		f := newDevFakes(t, []string{"consul", "nomad", "serve"}, map[string]string{"DEV_FAKE_LEADER_DELAY": "1h"})
-		c := devTestConfig(t, f)
-		c.ReadyTimeout = 500 * time.Millisecond
-		s := startDevSession(t, c, f.dir)
-		if code := s.wait(t, 20*time.Second); code != exitError {
-			t.Fatalf("exit %d", code)
-		}
-		if msg := s.stderr.String(); !strings.Contains(msg, "Consul at http://127.0.0.1:") || !strings.Contains(msg, "not ready after 500ms: no leader elected yet") {
-			t.Errorf("message:\n%s", msg)
-		}
-		if got := f.stops(t); !slices.Equal(got, []string{"consul"}) {
-			t.Errorf("stops = %v", got)
-		}
-	})
+func TestDevStartup(t *testing.T) {
 	t.Run("Ctrl-C while waiting", func(t *testing.T) {
-		f := newDevFakes(t, []string{"consul", "nomad", "serve"}, map[string]string{"DEV_FAKE_LEADER_DELAY": "1h"})
-		s := startDevSession(t, devTestConfig(t, f), f.dir)
+		f := newDevFakes(t, allDevRoles, map[string]string{"FAKE_LEADER_DELAY": "1h"})
+		c := devTestConfig(t, f)
+		c.DataDir = "" // a temporary one, removed at the end
+		s := startDevSession(t, c, f.Dir)
 		deadline := time.Now().Add(20 * time.Second)
-		for !strings.Contains(strings.Join(f.lines(t), "\n"), "poll consul") && time.Now().Before(deadline) {
+		for !f.Has(t, "poll consul") && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
+		}
+		var dir string
+		if m := regexp.MustCompile(`log (\S+)/consul\.log\)`).FindStringSubmatch(s.stderr.String()); m != nil {
+			dir = m[1]
 		}
 		s.cancel()
 		if code := s.wait(t, 20*time.Second); code != exitOK {
@@ -485,25 +568,45 @@ func TestDevStartupBounds(t *testing.T) {
 		if !strings.Contains(s.stderr.String(), "Interrupted during start-up") {
 			t.Errorf("stderr:\n%s", s.stderr.String())
 		}
-		devAssertGone(t, f.pids(t))
+		devagentstest.AssertGone(t, f.PIDs(t))
+		if _, err := os.Stat(dir); dir == "" || !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("temporary data directory %q not removed: %v", dir, err)
+		}
+	})
+	t.Run("a failed start keeps the temporary logs", func(t *testing.T) {
+		f := newDevFakes(t, allDevRoles, map[string]string{"FAKE_FAIL": "consul"})
+		c := devTestConfig(t, f)
+		c.DataDir = ""
+		s := startDevSession(t, c, f.Dir)
+		if code := s.wait(t, 20*time.Second); code != exitError {
+			t.Fatalf("exit %d", code)
+		}
+		m := regexp.MustCompile(`kept in (\S+)\.\n`).FindStringSubmatch(s.stderr.String())
+		if m == nil {
+			t.Fatalf("no word of the kept logs:\n%s", s.stderr.String())
+		}
+		defer os.RemoveAll(m[1])
+		if b, err := os.ReadFile(filepath.Join(m[1], "consul.log")); err != nil || !strings.Contains(string(b), "boom") {
+			t.Errorf("consul.log kept: %q %v", b, err)
+		}
 	})
 	t.Run("port in use", func(t *testing.T) {
-		f := newDevFakes(t, []string{"consul", "nomad", "serve"}, nil)
+		f := newDevFakes(t, allDevRoles, nil)
 		c := devTestConfig(t, f)
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(c.ConsulHTTPPort))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		s := startDevSession(t, c, f.dir)
+		s := startDevSession(t, c, f.Dir)
 		if code := s.wait(t, 10*time.Second); code != exitError {
 			t.Fatalf("exit %d", code)
 		}
 		if want := fmt.Sprintf("port %d (Consul HTTP) is in use", c.ConsulHTTPPort); !strings.Contains(s.stderr.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, s.stderr.String())
 		}
-		if len(f.lines(t)) != 0 {
-			t.Errorf("started something: %v", f.lines(t))
+		if len(f.Lines(t)) != 0 {
+			t.Errorf("started something: %v", f.Lines(t))
 		}
 	})
 }
@@ -515,82 +618,12 @@ func TestDevFlags(t *testing.T) {
 		t.Errorf("dev extra: exit %d, %s", code, errb.String())
 	}
 	errb.Reset()
-	if code := run(context.Background(), e, []string{"dev", "-h"}); code != exitOK || !strings.Contains(errb.String(), "-demo") {
+	if code := run(context.Background(), e, []string{"dev", "-h"}); code != exitOK || !strings.Contains(errb.String(), "-demo") || !strings.Contains(errb.String(), "-or-demo") || !strings.Contains(errb.String(), "-deploy file") {
 		t.Errorf("dev -h: exit %d, %s", code, errb.String())
 	}
-}
-
-// devHCLAttrs parses an agent config and returns its top-level and nested
-// attribute values as "block.name" -> value (as the agents would read them).
-func devHCLAttrs(t *testing.T, src string) map[string]string {
-	t.Helper()
-	f, diags := hclsyntax.ParseConfig([]byte(src), "agent.hcl", hcl.InitialPos)
-	if diags.HasErrors() {
-		t.Fatalf("config does not parse: %v\n%s", diags, src)
-	}
-	out := map[string]string{}
-	var walk func(prefix string, b *hclsyntax.Body)
-	walk = func(prefix string, b *hclsyntax.Body) {
-		for name, a := range b.Attributes {
-			v, d := a.Expr.Value(nil)
-			if d.HasErrors() {
-				t.Fatalf("%s%s: %v", prefix, name, d)
-			}
-			switch {
-			case v.Type().FriendlyName() == "string":
-				out[prefix+name] = v.AsString()
-			case v.Type().FriendlyName() == "number":
-				out[prefix+name] = v.AsBigFloat().Text('f', -1)
-			case v.Type().FriendlyName() == "bool":
-				out[prefix+name] = strconv.FormatBool(v.True())
-			}
-		}
-		for _, blk := range b.Blocks {
-			walk(prefix+strings.Join(append([]string{blk.Type}, blk.Labels...), ".")+".", blk.Body)
-		}
-	}
-	walk("", f.Body.(*hclsyntax.Body))
-	return out
-}
-
-func TestDevAgentConfigs(t *testing.T) {
-	p := devPorts{ConsulHTTP: 18500, ConsulDNS: 18600, ConsulServer: 18300, ConsulSerfLAN: 18301, ConsulSerfWAN: 18302, ConsulGRPC: 18502,
-		NomadHTTP: 14646, NomadRPC: 14647, NomadSerf: 14648}
-	consul := devHCLAttrs(t, devConsulConfig(p))
-	for k, want := range map[string]string{
-		"bind_addr": "127.0.0.1", "client_addr": "127.0.0.1", "advertise_addr": "127.0.0.1",
-		"ports.http": "18500", "ports.dns": "18600", "ports.server": "18300", "ports.serf_lan": "18301",
-		"ports.serf_wan": "18302", "ports.grpc": "18502", "ports.grpc_tls": "-1", "ui_config.enabled": "true",
-	} {
-		if consul[k] != want {
-			t.Errorf("consul %s = %q, want %q", k, consul[k], want)
-		}
-	}
-	nomad := devHCLAttrs(t, devNomadConfig(p, "/tmp/x y/nomad-data"))
-	for k, want := range map[string]string{
-		"data_dir": "/tmp/x y/nomad-data", "bind_addr": "127.0.0.1",
-		"ports.http": "14646", "ports.rpc": "14647", "ports.serf": "14648",
-		"advertise.http": "127.0.0.1", "advertise.rpc": "127.0.0.1", "advertise.serf": "127.0.0.1",
-		"consul.address": "127.0.0.1:18500", "consul.grpc_address": "127.0.0.1:18502",
-		"plugin.raw_exec.config.enabled": "true",
-	} {
-		if nomad[k] != want {
-			t.Errorf("nomad %s = %q, want %q", k, nomad[k], want)
-		}
-	}
-}
-
-func TestDevLookPath(t *testing.T) {
-	a, b := t.TempDir(), t.TempDir()
-	os.WriteFile(filepath.Join(a, "nomad"), []byte("not executable"), 0o644)
-	os.Mkdir(filepath.Join(a, "consul"), 0o755)
-	os.WriteFile(filepath.Join(b, "nomad"), []byte("#!/bin/sh\n"), 0o755)
-	path := a + string(os.PathListSeparator) + b
-	if p, ok := devLookPath("nomad", path); !ok || p != filepath.Join(b, "nomad") {
-		t.Errorf("nomad: %q %v, want the executable in the second directory", p, ok)
-	}
-	if p, ok := devLookPath("consul", path); ok {
-		t.Errorf("consul: found directory %q", p)
+	errb.Reset()
+	if code := run(context.Background(), e, []string{"dev", "-deploy", filepath.Join(t.TempDir(), "nope.hcl")}); code != exitUsage || !strings.Contains(errb.String(), "-deploy: stat ") {
+		t.Errorf("dev -deploy of a missing file: exit %d, %s", code, errb.String())
 	}
 }
 
@@ -603,10 +636,6 @@ func TestDevHelpers(t *testing.T) {
 	if got := out.String(); got != "serve | one\nserve | two\n" {
 		t.Errorf("prefixed = %q", got)
 	}
-	env := devChildEnv([]string{"PATH=/bin", "NOMAD_TOKEN=x", "CONSUL_HTTP_TOKEN=y", "NOMAD_NAMESPACE=prod", "HOME=/h"})
-	if !slices.Equal(env, []string{"PATH=/bin", "HOME=/h"}) {
-		t.Errorf("child env = %v", env)
-	}
 	for in, want := range map[string]string{":8080": "127.0.0.1:8080", "0.0.0.0:80": "127.0.0.1:80", "10.0.0.1:81": "10.0.0.1:81"} {
 		if got := devDialAddr(in); got != want {
 			t.Errorf("devDialAddr(%q) = %q, want %q", in, got, want)
@@ -614,6 +643,9 @@ func TestDevHelpers(t *testing.T) {
 	}
 	if _, err := devListenPort("127.0.0.1:http"); err == nil {
 		t.Errorf("devListenPort accepted a named port")
+	}
+	if got := devWrap("aa bb cc "+strings.Repeat("x", 12)+" dd", 8); got != "aa bb cc\n"+strings.Repeat("x", 12)+"\ndd" {
+		t.Errorf("devWrap = %q", got)
 	}
 }
 

@@ -130,8 +130,12 @@ func (in *inspector) view(ctx context.Context, namespace, service string, autosc
 	return v, nil
 }
 
-// urls are the service's addresses on the running gateways.
+// urls are the service's addresses on the running gateways; none when the
+// service has no route (no record): no gateway answers for it.
 func (in *inspector) urls(ctx context.Context, rec consulroute.Record) []string {
+	if rec.Service.Name == "" {
+		return nil
+	}
 	gws, err := in.consul.Gateways(ctx)
 	if err != nil || len(gws) == 0 {
 		return nil

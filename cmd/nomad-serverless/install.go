@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 )
 
 const installUsage = `Usage: nomad-serverless install [options]
@@ -53,7 +55,7 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&o.ConsulAddr, "consul-addr", o.ConsulAddr, "Consul HTTP address as seen from the task (the node's agent)")
 	fs.IntVar(&o.CPU, "cpu", o.CPU, "CPU of each replica in MHz")
 	fs.IntVar(&o.MemoryMB, "memory", o.MemoryMB, "memory of each replica in MiB")
-	fs.StringVar(&format, "format", "json", "job format: json (API JSON, for nomad job run -json or curl) or hcl")
+	fs.StringVar(&format, "format", "json", "job format: json (API JSON, for nomad job run -json or curl) or hcl (a jobspec, for nomad job run)")
 	fs.BoolVar(&policiesOnly, "policies-only", false, "print only the ACL policies")
 	fs.StringVar(&out, "out", "", "write the job and the policies as files into this directory")
 	fs.BoolVar(&apply, "apply", false, "register the job with Nomad (NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE...)")
@@ -130,10 +132,11 @@ func installSplitList(s string) []string {
 }
 
 // installRenderJob renders the job as API JSON ({"Job": ...}, accepted by
-// `nomad job run -json` and POST /v1/jobs) or as HCL.
+// `nomad job run -json` and POST /v1/jobs) or as a jobspec (`nomad job
+// run`), which nomadjob.FormatHCL checks holds every field of the job.
 func installRenderJob(job *api.Job, format string) ([]byte, error) {
 	if format == "hcl" {
-		return installFormatHCL(job)
+		return nomadjob.FormatHCL(job)
 	}
 	return installJobJSON(job)
 }

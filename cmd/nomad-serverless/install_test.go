@@ -102,6 +102,19 @@ func TestInstallGoldenFiles(t *testing.T) {
 	if fileJob, _ := os.ReadFile(want[0]); string(fileJob) != jobOut {
 		t.Errorf("install's stdout and its -out job file differ")
 	}
+	// deploy/ keeps the jobspec too, for `nomad job run` without -json.
+	code, hclOut, stderr := installRun(t, nil, "-format", "hcl")
+	if code != exitOK {
+		t.Fatalf("install -format hcl: exit %d\n%s", code, stderr)
+	}
+	hclPath := filepath.Join(golden, "nomad-serverless.nomad.hcl")
+	if os.Getenv("UPDATE_GOLDEN") == "1" {
+		if err := os.WriteFile(hclPath, []byte(hclOut), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if b, err := os.ReadFile(hclPath); err != nil || string(b) != hclOut {
+		t.Errorf("%s differs from install -format hcl (UPDATE_GOLDEN=1 to accept): %v\n--- got\n%s\n--- want\n%s", hclPath, err, hclOut, b)
+	}
 }
 
 func TestInstallJobShape(t *testing.T) {
@@ -471,40 +484,54 @@ func installTestFlag(args []string, name string) string {
 	return ""
 }
 
+// TestInstallHCL: -format hcl prints a jobspec holding every field of the
+// job the JSON holds, for the defaults and for each way of running serve.
 func TestInstallHCL(t *testing.T) {
-	code, stdout, stderr := installRun(t, nil, "-format", "hcl")
-	switch code {
-	case exitOK:
-		f, diags := hclsyntax.ParseConfig([]byte(stdout), "job.nomad.hcl", hcl.InitialPos)
+	for _, flags := range [][]string{
+		nil,
+		{"-artifact", "https://example.com/nomad-serverless.tar.gz", "-replicas", "3", "-region", "eu", "-datacenters", "dc1,dc2"},
+		{"-nomad-auth", "variable", "-nomad-addr", "http://${attr.unique.network.ip-address}:4646"},
+		{"-nomad-auth", "none", "-nomad-addr", "http://10.0.0.1:4646", "-consul-auth", "none"},
+	} {
+		code, hclOut, stderr := installRun(t, nil, append([]string{"-format", "hcl"}, flags...)...)
+		if code != exitOK {
+			t.Fatalf("install -format hcl %v: exit %d\n%s", flags, code, stderr)
+		}
+		f, diags := hclsyntax.ParseConfig([]byte(hclOut), "job.nomad.hcl", hcl.InitialPos)
 		if diags.HasErrors() {
-			t.Fatalf("HCL job does not parse: %v\n%s", diags, stdout)
+			t.Fatalf("%v: HCL job does not parse: %v\n%s", flags, diags, hclOut)
 		}
 		if blocks := f.Body.(*hclsyntax.Body).Blocks; len(blocks) != 1 || blocks[0].Type != "job" || blocks[0].Labels[0] != "nomad-serverless" {
-			t.Fatalf("want one job \"nomad-serverless\" block:\n%s", stdout)
+			t.Fatalf("%v: want one job \"nomad-serverless\" block:\n%s", flags, hclOut)
 		}
-		if m := installHCLMissing(installJob(installDefaults(), version), stdout); len(m) > 0 {
-			t.Errorf("HCL printed without %v", m)
+		code, jsonOut, _ := installRun(t, nil, flags...)
+		if code != exitOK {
+			t.Fatalf("install %v: exit %d", flags, code)
 		}
-	case exitError:
-		// The formatter does not cover every field yet: it must say so and
-		// print nothing rather than a job missing a setting.
-		if stdout != "" || !strings.Contains(stderr, "use -format json") {
-			t.Errorf("stdout %q stderr %q", stdout, stderr)
+		if err := nomadjob.CheckHCL(installDecodeJob(t, jsonOut), []byte(hclOut)); err != nil {
+			t.Errorf("install -format hcl %v does not say what the JSON job says: %v\n%s", flags, err, hclOut)
 		}
-	default:
-		t.Fatalf("exit %d: %s", code, stderr)
 	}
-}
+	// The settings the HCL formatter used to lack, as a jobspec spells them.
+	_, hclOut, _ := installRun(t, nil, "-format", "hcl")
+	for _, want := range []string{
+		"spread {\n      attribute = \"${node.unique.id}\"\n    }",
+		"auto_revert      = true",
+		"identity {\n        env = true\n      }",
+		`kill_signal    = "SIGTERM"`,
+		`shutdown_delay = "5s"`,
+		"port \"gateway\" {\n        static = 8080\n      }",
+	} {
+		if !strings.Contains(hclOut, want) {
+			t.Errorf("HCL lacks %q:\n%s", want, hclOut)
+		}
+	}
 
-func TestInstallHCLMissing(t *testing.T) {
-	job := installJob(installDefaults(), version)
-	full := "job \"x\" {\n  group \"g\" {\n    spread {\n    }\n    update {\n    }\n    task \"t\" {\n      kill_signal = \"SIGTERM\"\n      shutdown_delay = \"5s\"\n      identity {\n      }\n    }\n  }\n}\n"
-	if m := installHCLMissing(job, full); len(m) != 0 {
-		t.Errorf("missing %v from a text that has them all", m)
+	dir := t.TempDir()
+	if code, stdout, stderr := installRun(t, nil, "-format", "hcl", "-out", dir); code != exitOK || !strings.Contains(stdout, filepath.Join(dir, "nomad-serverless.nomad.hcl")) {
+		t.Fatalf("install -format hcl -out: exit %d\n%s%s", code, stdout, stderr)
 	}
-	partial := strings.Replace(full, "spread", "# spread is", 1)
-	partial = strings.Replace(partial, "      identity {\n      }\n", "", 1)
-	if m := installHCLMissing(job, partial); !slices.Equal(m, []string{"spread", "identity"}) {
-		t.Errorf("missing = %v, want [spread identity]", m)
+	if b, _ := os.ReadFile(filepath.Join(dir, "nomad-serverless.nomad.hcl")); string(b) != hclOut {
+		t.Errorf("the -out HCL file differs from what stdout prints")
 	}
 }

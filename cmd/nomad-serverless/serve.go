@@ -137,7 +137,8 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		}()
 	}
 
-	goRun("follow Nomad", func(ctx context.Context) error { return feedNomad(ctx, nomad, cat, log) })
+	tags := newRevisionTags()
+	goRun("follow Nomad", func(ctx context.Context) error { return feedNomad(ctx, nomad, cat, tags, log) })
 	goRun("follow Consul records", func(ctx context.Context) error { return feedRecords(ctx, consul, cat, log) })
 	watchers := &readyWatchers{src: consul, cat: cat, log: log}
 	goRun("follow ready instances", func(ctx context.Context) error { watchers.run(ctx); return nil })
@@ -149,7 +150,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	})
 	goRun("leader lookup", func(ctx context.Context) error { leader.follow(ctx, consul, log); return nil })
 	goRun("activator stand-ins", func(ctx context.Context) error {
-		keepStandIns(ctx, consul, cat, advertise, gwPort, log)
+		keepStandIns(ctx, consul, cat, tags, advertise, gwPort, log)
 		return nil
 	})
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -19,7 +20,7 @@ import (
 type nomadSource interface {
 	AllRevisions(ctx context.Context) ([]nomadjob.RevisionStatus, uint64, error)
 	Allocations(ctx context.Context, revision string) ([]nomadjob.Allocation, error)
-	WatchEvents(ctx context.Context, since uint64, fn func(nomadjob.Event)) error
+	StreamEvents(ctx context.Context, since uint64, fn func(nomadjob.Event)) (uint64, error)
 }
 
 // catalogRevision converts what Nomad says of a revision job.
@@ -30,55 +31,120 @@ func catalogRevision(r nomadjob.RevisionInfo) catalog.Revision {
 	}
 }
 
-// feedNomad lists every revision and its allocations, then follows Nomad's
-// event stream from the listing's index, so nothing between the two is
-// missed. It retries the listing until it succeeds or ctx ends.
-func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, log *slog.Logger) error {
-	var since uint64
-	for attempt := 0; ; attempt++ {
-		revs, idx, err := src.AllRevisions(ctx)
-		if err == nil {
-			for _, r := range revs {
-				if r.Stopped {
-					cat.DeleteRevision(r.Name)
-					continue
-				}
-				cat.SetRevision(catalogRevision(r.RevisionInfo))
-				allocs, aerr := src.Allocations(ctx, r.Name)
-				if aerr != nil {
-					log.Warn("list allocations", "revision", r.Name, "err", aerr)
-					continue
-				}
-				for _, a := range allocs {
-					if a.Stopped() {
-						continue
-					}
-					cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
-						Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running})
-				}
-			}
-			since = idx
-			break
+// streamResetAfter: a stream that stayed open this long starts the
+// reconnect backoff over.
+const streamResetAfter = 30 * time.Second
+
+// feedNomad keeps the catalog equal to Nomad: it lists every revision and
+// its allocations, then follows Nomad's event stream from the listing's
+// index, so nothing between the two is missed. Whenever the stream ends it
+// lists again before reopening it, rather than resuming from its last
+// index: Nomad keeps only its last few events and silently skips older
+// ones, and a change missed here (a revision registered while the stream
+// was down) would stay missing until serve restarts. It returns ctx's
+// error, or an error Nomad will keep giving (a permission error).
+func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, log *slog.Logger) error {
+	for attempt := 0; ; {
+		since, err := listNomad(ctx, src, cat, tags, log)
+		if err != nil {
+			return err
 		}
-		log.Warn("list revisions from Nomad; retrying", "err", err)
-		if !sleepCtx(ctx, backoffStep(attempt)) {
+		opened := time.Now()
+		next, err := src.StreamEvents(ctx, since, func(ev nomadjob.Event) { applyNomadEvent(cat, tags, ev) })
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !errors.Is(err, nomadjob.ErrStreamEnded) && !nomadjob.IsTransient(err) {
+			return err
+		}
+		if time.Since(opened) > streamResetAfter {
+			attempt = 0
+		}
+		wait := backoffStep(attempt)
+		attempt++
+		log.Warn("Nomad event stream ended; listing again before following it", "index", next, "retry_in", wait, "err", err)
+		if !sleepCtx(ctx, wait) {
 			return ctx.Err()
 		}
 	}
-	return src.WatchEvents(ctx, since, func(ev nomadjob.Event) { applyNomadEvent(cat, ev) })
 }
 
-// applyNomadEvent folds one Nomad event into the catalog.
-func applyNomadEvent(cat *catalog.Catalog, ev nomadjob.Event) {
+// listNomad lists every revision and its allocations into the catalog,
+// removing what Nomad no longer has, and returns the listing's index. It
+// retries until the listing succeeds or ctx ends.
+func listNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, log *slog.Logger) (uint64, error) {
+	for attempt := 0; ; attempt++ {
+		revs, idx, err := src.AllRevisions(ctx)
+		if err == nil {
+			reconcileNomad(ctx, src, cat, tags, revs, log)
+			return idx, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		log.Warn("list revisions from Nomad; retrying", "err", err)
+		if !sleepCtx(ctx, backoffStep(attempt)) {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// reconcileNomad makes the catalog's revisions and allocations those of a
+// listing. A revision whose allocations could not be read keeps the ones
+// the catalog has.
+func reconcileNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, revs []nomadjob.RevisionStatus, log *slog.Logger) {
+	listed := map[string]bool{}
+	for _, r := range revs {
+		if r.Stopped {
+			continue
+		}
+		listed[r.Name] = true
+		tags.set(r.Name, r.ServiceTags)
+		cat.SetRevision(catalogRevision(r.RevisionInfo))
+		allocs, err := src.Allocations(ctx, r.Name)
+		if err != nil {
+			log.Warn("list allocations", "revision", r.Name, "err", err)
+			continue
+		}
+		live := map[string]bool{}
+		for _, a := range allocs {
+			if a.Stopped() {
+				continue
+			}
+			live[a.ID] = true
+			cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
+				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running})
+		}
+		for _, a := range cat.Allocations(r.Name) {
+			if !live[a.ID] {
+				cat.DeleteAllocation(a.ID)
+			}
+		}
+	}
+	for _, r := range cat.Revisions() {
+		if !listed[r.Name] {
+			cat.DeleteRevision(r.Name)
+			tags.delete(r.Name)
+		}
+	}
+}
+
+// applyNomadEvent folds one Nomad event into the catalog (and the
+// revisions' tags, for their stand-ins).
+func applyNomadEvent(cat *catalog.Catalog, tags *revisionTags, ev nomadjob.Event) {
 	switch ev.Kind {
 	case nomadjob.EventRevisionRegistered, nomadjob.EventRevisionUpdated:
 		if ev.Revision.Stopped {
 			cat.DeleteRevision(ev.Revision.Name)
+			tags.delete(ev.Revision.Name)
 			return
 		}
+		// Tags first: the stand-in keeper reacts to the catalog's change.
+		tags.set(ev.Revision.Name, ev.Revision.ServiceTags)
 		cat.SetRevision(catalogRevision(ev.Revision))
 	case nomadjob.EventRevisionDeregistered:
 		cat.DeleteRevision(ev.Revision.Name)
+		tags.delete(ev.Revision.Name)
 	case nomadjob.EventAllocationUpdated:
 		a := ev.Allocation
 		switch {
@@ -191,17 +257,55 @@ func (w *readyWatchers) sync(ctx context.Context) {
 	}
 }
 
+// revisionTags holds each revision's Consul service tags, from its Nomad
+// job, for its stand-ins: the catalog does not carry them. A nil
+// *revisionTags keeps nothing. It is safe for concurrent use.
+type revisionTags struct {
+	mu   sync.Mutex
+	tags map[string][]string
+}
+
+func newRevisionTags() *revisionTags { return &revisionTags{tags: map[string][]string{}} }
+
+func (r *revisionTags) set(revision string, tags []string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tags[revision] = append([]string(nil), tags...)
+}
+
+func (r *revisionTags) get(revision string) []string {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tags[revision]
+}
+
+func (r *revisionTags) delete(revision string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.tags, revision)
+}
+
 // standInSource is what the stand-in keeper needs (consulroute.Client).
 type standInSource interface {
-	RegisterStandIn(ctx context.Context, revision, service string, addr string, port int) error
+	RegisterStandIn(ctx context.Context, revision, service string, addr string, port int, tags ...string) error
 	DeregisterStandIn(ctx context.Context, revision string) error
 }
 
 // keepStandIns registers this replica as a stand-in instance of every
-// revision that has no ready instance (Knative's SKS proxy mode), so
-// catalog-driven proxies (Traefik, Fabio, Consul DNS) send its first request
-// here, and removes the stand-in once real instances pass.
-func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, addr string, port int, log *slog.Logger) {
+// revision that has no ready instance (Knative's SKS proxy mode), with the
+// revision's own tags so catalog-driven proxies (Traefik, Fabio, Consul
+// DNS) treat it as they treat an instance and send its first request here,
+// and removes the stand-in once real instances pass.
+func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, tags *revisionTags, addr string, port int, log *slog.Logger) {
 	registered := map[string]bool{}
 	defer func() {
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -222,7 +326,7 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			if registered[rev] {
 				continue
 			}
-			if err := src.RegisterStandIn(ctx, rev, svc, addr, port); err != nil {
+			if err := src.RegisterStandIn(ctx, rev, svc, addr, port, tags.get(rev)...); err != nil {
 				log.Warn("register activator stand-in", "revision", rev, "err", err)
 				continue
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -50,13 +51,13 @@ func (f *fakeNomadSource) Allocations(_ context.Context, rev string) ([]nomadjob
 	return f.allocs[rev], nil
 }
 
-func (f *fakeNomadSource) WatchEvents(ctx context.Context, since uint64, fn func(nomadjob.Event)) error {
+func (f *fakeNomadSource) StreamEvents(ctx context.Context, since uint64, fn func(nomadjob.Event)) (uint64, error) {
 	f.since <- since
 	for _, ev := range f.events {
 		fn(ev)
 	}
 	<-ctx.Done()
-	return ctx.Err()
+	return since, ctx.Err()
 }
 
 func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
@@ -77,7 +78,7 @@ func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = feedNomad(ctx, src, cat, quietLog) }()
+	go func() { _ = feedNomad(ctx, src, cat, nil, quietLog) }()
 	select {
 	case since := <-src.since:
 		if since != 42 {
@@ -106,17 +107,17 @@ func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 
 func TestApplyNomadEventDeletesTerminalAllocationsAndDeregisteredRevisions(t *testing.T) {
 	cat := catalog.New()
-	applyNomadEvent(cat, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 2}})
-	applyNomadEvent(cat, nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Running: true}})
-	applyNomadEvent(cat, nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Stopped: true, ClientStatus: "complete"}})
+	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 2}})
+	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Running: true}})
+	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Stopped: true, ClientStatus: "complete"}})
 	if n := len(cat.Allocations("r-00001")); n != 0 {
 		t.Fatalf("%d allocations left after the terminal one", n)
 	}
-	applyNomadEvent(cat, nomadjob.Event{Kind: nomadjob.EventRevisionUpdated, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 5}})
+	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventRevisionUpdated, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 5}})
 	if r, _ := cat.Revision("r-00001"); r.Desired != 5 {
 		t.Fatalf("desired = %d after a scale event, want 5", r.Desired)
 	}
-	applyNomadEvent(cat, nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "r-00001"}})
+	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "r-00001"}})
 	if _, ok := cat.Revision("r-00001"); ok {
 		t.Fatal("deregistered revision still in the catalog")
 	}
@@ -204,14 +205,18 @@ func TestReadyWatchersFollowTheCatalogsRevisions(t *testing.T) {
 }
 
 type fakeStandIns struct {
-	mu  sync.Mutex
-	reg map[string]string
+	mu   sync.Mutex
+	reg  map[string]string
+	tags map[string][]string
 }
 
-func (f *fakeStandIns) RegisterStandIn(_ context.Context, rev, svc, addr string, port int) error {
+func (f *fakeStandIns) RegisterStandIn(_ context.Context, rev, svc, addr string, port int, tags ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reg[rev] = svc
+	if f.tags != nil {
+		f.tags[rev] = tags
+	}
 	return nil
 }
 
@@ -238,7 +243,7 @@ func TestStandInsExistOnlyWhileARevisionHasNoReadyInstance(t *testing.T) {
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { keepStandIns(ctx, f, cat, "127.0.0.1", 8080, quietLog); close(done) }()
+	go func() { keepStandIns(ctx, f, cat, nil, "127.0.0.1", 8080, quietLog); close(done) }()
 	cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello"})
 	waitFor(t, "a stand-in", func() bool { return slices.Equal(f.names(), []string{"hello-00001"}) })
 	cat.SetReady("hello-00001", []consulroute.Instance{{ID: "i1", Revision: "hello-00001"}})
@@ -249,5 +254,117 @@ func TestStandInsExistOnlyWhileARevisionHasNoReadyInstance(t *testing.T) {
 	<-done
 	if len(f.names()) != 0 {
 		t.Fatalf("stand-ins left registered after shutdown: %v", f.names())
+	}
+}
+
+// scriptedNomadSource answers a different listing each time and ends each
+// stream with the error of its turn.
+type scriptedNomadSource struct {
+	mu       sync.Mutex
+	listings [][]nomadjob.RevisionStatus
+	allocs   []map[string][]nomadjob.Allocation
+	ends     []error
+	lists    int
+	streams  int
+}
+
+func (f *scriptedNomadSource) AllRevisions(context.Context) ([]nomadjob.RevisionStatus, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := min(f.lists, len(f.listings)-1)
+	f.lists++
+	return f.listings[i], uint64(100 * f.lists), nil
+}
+
+func (f *scriptedNomadSource) Allocations(_ context.Context, rev string) ([]nomadjob.Allocation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.allocs[min(f.lists-1, len(f.allocs)-1)][rev], nil
+}
+
+func (f *scriptedNomadSource) StreamEvents(ctx context.Context, since uint64, _ func(nomadjob.Event)) (uint64, error) {
+	f.mu.Lock()
+	i := f.streams
+	f.streams++
+	f.mu.Unlock()
+	if i < len(f.ends) {
+		return since, f.ends[i]
+	}
+	<-ctx.Done()
+	return since, ctx.Err()
+}
+
+func TestFeedNomadListsAgainWhenTheStreamEnds(t *testing.T) {
+	rev := func(name string, count int) nomadjob.RevisionStatus {
+		svc, _, _ := spec.ParseRevisionName(name)
+		return nomadjob.RevisionStatus{RevisionInfo: nomadjob.RevisionInfo{Name: name, Service: svc, Count: count}}
+	}
+	running := func(id, rev string) nomadjob.Allocation {
+		return nomadjob.Allocation{ID: id, Revision: rev, Running: true, ClientStatus: "running", DesiredStatus: "run"}
+	}
+	src := &scriptedNomadSource{
+		listings: [][]nomadjob.RevisionStatus{
+			{rev("gone-00001", 1), rev("kept-00001", 2)},
+			{rev("kept-00001", 1), rev("new-00001", 1)},
+		},
+		allocs: []map[string][]nomadjob.Allocation{
+			{"gone-00001": {running("g1", "gone-00001")}, "kept-00001": {running("k1", "kept-00001"), running("k2", "kept-00001")}},
+			{"kept-00001": {running("k1", "kept-00001"), {ID: "k2", Revision: "kept-00001", ClientStatus: "complete", DesiredStatus: "stop"}}, "new-00001": {running("n1", "new-00001")}},
+		},
+		ends: []error{fmt.Errorf("%w at index 100: %w", nomadjob.ErrStreamEnded, io.EOF)},
+	}
+	cat := catalog.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- feedNomad(ctx, src, cat, nil, quietLog) }()
+	waitFor(t, "the second listing in the catalog", func() bool {
+		_, gone := cat.Revision("gone-00001")
+		k, _ := cat.Revision("kept-00001")
+		_, isNew := cat.Revision("new-00001")
+		return !gone && isNew && k.Desired == 1 && len(cat.Allocations("kept-00001")) == 1 && len(cat.Allocations("gone-00001")) == 0
+	})
+	if a := cat.Allocations("kept-00001"); len(a) != 1 || a[0].ID != "k1" {
+		t.Errorf("kept-00001's allocations %+v, want only k1", a)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("feedNomad returned %v after its context ended", err)
+	}
+}
+
+func TestFeedNomadReturnsAPermanentStreamError(t *testing.T) {
+	denied := &nomadjob.Error{Op: "watch Nomad events", Kind: nomadjob.ErrPermission, Status: 403}
+	src := &scriptedNomadSource{listings: [][]nomadjob.RevisionStatus{nil}, allocs: []map[string][]nomadjob.Allocation{nil}, ends: []error{denied}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := feedNomad(ctx, src, catalog.New(), nil, quietLog); !errors.Is(err, nomadjob.ErrPermission) {
+		t.Fatalf("feedNomad = %v, want the permission error", err)
+	}
+}
+
+// A stand-in carries the revision's own tags (from its Nomad job), so a
+// proxy configured by instance tags (Traefik) routes to it as to an
+// instance.
+func TestStandInsCarryTheRevisionsTags(t *testing.T) {
+	f := &fakeStandIns{reg: map[string]string{}, tags: map[string][]string{}}
+	cat := catalog.New()
+	tags := newRevisionTags()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { keepStandIns(ctx, f, cat, tags, "127.0.0.1", 8080, quietLog); close(done) }()
+	defer func() { cancel(); <-done }()
+	want := []string{"serverless", "service=whoami", "traefik.enable=true", "traefik.http.routers.whoami.rule=Host(`whoami.example.com`)"}
+	applyNomadEvent(cat, tags, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered,
+		Revision: nomadjob.RevisionInfo{Name: "whoami-00001", Service: "whoami", ServiceTags: want}})
+	waitFor(t, "a stand-in with the revision's tags", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Equal(f.tags["whoami-00001"], want)
+	})
+	applyNomadEvent(cat, tags, nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "whoami-00001"}})
+	waitFor(t, "the stand-in to go with the revision", func() bool { return len(f.names()) == 0 })
+	if got := tags.get("whoami-00001"); got != nil {
+		t.Errorf("tags of a deregistered revision kept: %v", got)
 	}
 }

@@ -55,7 +55,10 @@ func runGatewayBench(ctx context.Context, o Options) error {
 	gatewayOnly := Target{Name: "(d) gateway, no sidecar", Addr: gwAddr, Host: svcApp.host()}
 	// CPU of the proxies each target crosses.
 	cpuOf := map[string][]*proc{viaSidecar.Name: {sc}, viaGateway.Name: {gw, sc}, gatewayOnly.Name: {gw}}
-	gwCPU := map[string]time.Duration{}
+	// The gateway's share of each series' CPU, keyed by series: the
+	// 32-connection and one-connection series of a target share its name,
+	// and their CPU must not be pooled.
+	gwCPU := map[*Series]time.Duration{}
 
 	for _, t := range []Target{direct, viaSidecar, viaGateway, gatewayOnly} {
 		r := Run(ctx, t, Load{Conns: o.Conns, Duration: o.Warmup})
@@ -75,7 +78,7 @@ func runGatewayBench(ctx context.Context, o Options) error {
 			after, _ := cpuTime(p.pid())
 			s.CPU += after - before[i]
 			if p == gw {
-				gwCPU[s.Name] += after - before[i]
+				gwCPU[s] += after - before[i]
 			}
 		}
 		s.Add(r)
@@ -123,9 +126,13 @@ func runGatewayBench(ctx context.Context, o Options) error {
 	fmt.Fprintf(o.Out, "throughput (b)/(a):              %.3f\n", b.RPS()/a.RPS())
 	fmt.Fprintf(o.Out, "added p99 (c)-(b), %d conns:     %s  [< %s] %s\n", o.Conns, fmtDur(addedP99), fmtDur(targetGatewayAddedP99), verdict(addedP99 < targetGatewayAddedP99))
 	fmt.Fprintf(o.Out, "added p99 (c)-(b), 1 conn:       %s  [< %s] %s (p50 %s)\n", fmtDur(addedP99One), fmtDur(targetGatewayAddedP99), verdict(addedP99One < targetGatewayAddedP99), fmtDur(addedP50One))
+	perReq := func(d time.Duration, n int64) string { return fmtDur(d / time.Duration(max(n, 1))) }
 	if c.Requests > 0 {
-		fmt.Fprintf(o.Out, "gateway CPU per request:         %s (sidecar alone in (b): %s)\n",
-			fmtDur(gwCPU[sC.Name]/time.Duration(c.Requests)), fmtDur(sB.CPU/time.Duration(max(b.Requests, 1))))
+		fmt.Fprintf(o.Out, "gateway CPU per request, %d conns: %s in (c), %s in (d); sidecar %s in (c), %s in (b)\n", o.Conns,
+			perReq(gwCPU[sC], c.Requests), perReq(gwCPU[sD], sD.Merged().Requests),
+			perReq(sC.CPU-gwCPU[sC], c.Requests), perReq(sB.CPU, b.Requests))
+		fmt.Fprintf(o.Out, "gateway CPU per request, 1 conn:  %s in (c); sidecar %s in (c), %s in (b)\n",
+			perReq(gwCPU[oC], one2.Requests), perReq(oC.CPU-gwCPU[oC], one2.Requests), perReq(oB.CPU, one1.Requests))
 	}
 	if rss, err := peakRSS(gw.pid()); err == nil {
 		fmt.Fprintf(o.Out, "gateway peak RSS (VmHWM):        %s\n", fmtMiB(rss))

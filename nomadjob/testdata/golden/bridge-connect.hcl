@@ -19,35 +19,9 @@ job "orders-00001" {
     count          = 1
     shutdown_delay = "5s"
 
-    scaling {
-      enabled = false
-      min     = 0
-      max     = 1000
-
-      policy {
-        serverless {
-          activation_scale           = 1
-          burst_capacity             = 211
-          initial                    = 1
-          max                        = 0
-          max_scale_down_rate        = 2
-          max_scale_up_rate          = 1000
-          metric                     = "concurrency"
-          min                        = 0
-          panic_threshold_percentage = 200
-          panic_window_percentage    = 10
-          scale_down_delay           = "0s"
-          scale_to_zero_grace        = "30s"
-          target                     = 100
-          utilization                = 70
-          window                     = "1m0s"
-        }
-      }
-    }
-
     restart {
-      attempts = 3
       interval = "1m0s"
+      attempts = 3
       delay    = "1s"
       mode     = "fail"
     }
@@ -69,15 +43,9 @@ job "orders-00001" {
 
     service {
       name     = "orders-00001"
+      tags     = ["serverless", "service=orders"]
       port     = "http"
       provider = "consul"
-      tags     = ["serverless", "service=orders"]
-
-      meta {
-        admin-port = "${NOMAD_HOST_PORT_admin}"
-        revision   = "orders-00001"
-        service    = "orders"
-      }
 
       check {
         name     = "ready"
@@ -105,6 +73,38 @@ job "orders-00001" {
               local_bind_port  = 8081
             }
           }
+        }
+      }
+
+      meta {
+        admin-port = "${NOMAD_HOST_PORT_admin}"
+        revision   = "orders-00001"
+        service    = "orders"
+      }
+    }
+
+    scaling {
+      min     = 0
+      max     = 1000
+      enabled = false
+
+      policy {
+        serverless {
+          activation_scale           = 1
+          burst_capacity             = 211
+          initial                    = 1
+          max                        = 0
+          max_scale_down_rate        = 2
+          max_scale_up_rate          = 1000
+          metric                     = "concurrency"
+          min                        = 0
+          panic_threshold_percentage = 200
+          panic_window_percentage    = 10
+          scale_down_delay           = "0s"
+          scale_to_zero_grace        = "30s"
+          target                     = 100
+          utilization                = 70
+          window                     = "1m0s"
         }
       }
     }

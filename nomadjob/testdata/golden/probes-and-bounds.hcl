@@ -19,35 +19,9 @@ job "api-00003" {
     count          = 2
     shutdown_delay = "5s"
 
-    scaling {
-      enabled = false
-      min     = 1
-      max     = 5
-
-      policy {
-        serverless {
-          activation_scale           = 1
-          burst_capacity             = -1
-          initial                    = 2
-          max                        = 5
-          max_scale_down_rate        = 2
-          max_scale_up_rate          = 1000
-          metric                     = "rps"
-          min                        = 1
-          panic_threshold_percentage = 200
-          panic_window_percentage    = 10
-          scale_down_delay           = "30s"
-          scale_to_zero_grace        = "30s"
-          target                     = 50
-          utilization                = 70
-          window                     = "1m0s"
-        }
-      }
-    }
-
     restart {
-      attempts = 3
       interval = "1m0s"
+      attempts = 3
       delay    = "1s"
       mode     = "fail"
     }
@@ -73,15 +47,9 @@ job "api-00003" {
 
     service {
       name     = "api-00003"
+      tags     = ["serverless", "service=api"]
       port     = "http"
       provider = "consul"
-      tags     = ["serverless", "service=api"]
-
-      meta {
-        admin-port = "${NOMAD_HOST_PORT_admin}"
-        revision   = "api-00003"
-        service    = "api"
-      }
 
       check {
         name     = "ready"
@@ -101,14 +69,46 @@ job "api-00003" {
         type           = "http"
         path           = "/liveness"
         port           = "admin"
-        task           = "user"
         interval       = "5s"
         timeout        = "2s"
         initial_status = "passing"
+        task           = "user"
 
         check_restart {
           limit = 4
           grace = "13s"
+        }
+      }
+
+      meta {
+        admin-port = "${NOMAD_HOST_PORT_admin}"
+        revision   = "api-00003"
+        service    = "api"
+      }
+    }
+
+    scaling {
+      min     = 1
+      max     = 5
+      enabled = false
+
+      policy {
+        serverless {
+          activation_scale           = 1
+          burst_capacity             = -1
+          initial                    = 2
+          max                        = 5
+          max_scale_down_rate        = 2
+          max_scale_up_rate          = 1000
+          metric                     = "rps"
+          min                        = 1
+          panic_threshold_percentage = 200
+          panic_window_percentage    = 10
+          scale_down_delay           = "30s"
+          scale_to_zero_grace        = "30s"
+          target                     = 50
+          utilization                = 70
+          window                     = "1m0s"
         }
       }
     }

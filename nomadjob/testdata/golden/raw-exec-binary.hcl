@@ -19,35 +19,9 @@ job "report-00012" {
     count          = 1
     shutdown_delay = "5s"
 
-    scaling {
-      enabled = false
-      min     = 0
-      max     = 1000
-
-      policy {
-        serverless {
-          activation_scale           = 1
-          burst_capacity             = 211
-          initial                    = 1
-          max                        = 0
-          max_scale_down_rate        = 2
-          max_scale_up_rate          = 1000
-          metric                     = "concurrency"
-          min                        = 0
-          panic_threshold_percentage = 200
-          panic_window_percentage    = 10
-          scale_down_delay           = "0s"
-          scale_to_zero_grace        = "30s"
-          target                     = 100
-          utilization                = 70
-          window                     = "1m0s"
-        }
-      }
-    }
-
     restart {
-      attempts = 3
       interval = "1m0s"
+      attempts = 3
       delay    = "1s"
       mode     = "fail"
     }
@@ -71,15 +45,9 @@ job "report-00012" {
 
     service {
       name     = "report-00012"
+      tags     = ["serverless", "service=report"]
       port     = "http"
       provider = "consul"
-      tags     = ["serverless", "service=report"]
-
-      meta {
-        admin-port = "${NOMAD_HOST_PORT_admin}"
-        revision   = "report-00012"
-        service    = "report"
-      }
 
       check {
         name     = "ready"
@@ -91,6 +59,38 @@ job "report-00012" {
 
         header {
           K-Network-Probe = ["queue"]
+        }
+      }
+
+      meta {
+        admin-port = "${NOMAD_HOST_PORT_admin}"
+        revision   = "report-00012"
+        service    = "report"
+      }
+    }
+
+    scaling {
+      min     = 0
+      max     = 1000
+      enabled = false
+
+      policy {
+        serverless {
+          activation_scale           = 1
+          burst_capacity             = 211
+          initial                    = 1
+          max                        = 0
+          max_scale_down_rate        = 2
+          max_scale_up_rate          = 1000
+          metric                     = "concurrency"
+          min                        = 0
+          panic_threshold_percentage = 200
+          panic_window_percentage    = 10
+          scale_down_delay           = "0s"
+          scale_to_zero_grace        = "30s"
+          target                     = 100
+          utilization                = 70
+          window                     = "1m0s"
         }
       }
     }
@@ -126,8 +126,8 @@ job "report-00012" {
       }
 
       template {
-        data        = "DB_URL={{ key \"report/db\" }}\n"
         destination = "secrets/db.env"
+        data        = "DB_URL={{ key \"report/db\" }}\n"
         change_mode = "restart"
         env         = true
       }

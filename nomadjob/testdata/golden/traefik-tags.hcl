@@ -2,8 +2,8 @@ job "shop-00002" {
   region      = "eu"
   namespace   = "default"
   type        = "service"
-  node_pool   = "web"
   datacenters = ["eu-west-1a", "eu-west-1b"]
+  node_pool   = "web"
   meta = {
     "serverless.concurrency" = "0"
     "serverless.generation"  = "2"
@@ -20,8 +20,8 @@ job "shop-00002" {
 
   constraint {
     attribute = "${meta.tier}"
-    operator  = "="
     value     = "frontend"
+    operator  = "="
   }
 
   update {
@@ -32,35 +32,9 @@ job "shop-00002" {
     count          = 1
     shutdown_delay = "10s"
 
-    scaling {
-      enabled = false
-      min     = 0
-      max     = 50
-
-      policy {
-        serverless {
-          activation_scale           = 1
-          burst_capacity             = 211
-          initial                    = 1
-          max                        = 0
-          max_scale_down_rate        = 2
-          max_scale_up_rate          = 1000
-          metric                     = "concurrency"
-          min                        = 0
-          panic_threshold_percentage = 200
-          panic_window_percentage    = 10
-          scale_down_delay           = "0s"
-          scale_to_zero_grace        = "30s"
-          target                     = 100
-          utilization                = 70
-          window                     = "1m0s"
-        }
-      }
-    }
-
     restart {
-      attempts = 3
       interval = "1m0s"
+      attempts = 3
       delay    = "1s"
       mode     = "fail"
     }
@@ -84,17 +58,9 @@ job "shop-00002" {
 
     service {
       name     = "shop-00002"
+      tags     = ["serverless", "service=shop", "traefik.enable=true", "traefik.http.routers.shop.rule=Host(`shop.example.com`)"]
       port     = "http"
       provider = "consul"
-      tags     = ["serverless", "service=shop", "traefik.enable=true", "traefik.http.routers.shop.rule=Host(`shop.example.com`)"]
-
-      meta {
-        admin-port = "${NOMAD_HOST_PORT_admin}"
-        owner      = "shop-team"
-        revision   = "shop-00002"
-        service    = "shop"
-        team       = "web"
-      }
 
       check {
         name     = "ready"
@@ -106,6 +72,40 @@ job "shop-00002" {
 
         header {
           K-Network-Probe = ["queue"]
+        }
+      }
+
+      meta {
+        admin-port = "${NOMAD_HOST_PORT_admin}"
+        owner      = "shop-team"
+        revision   = "shop-00002"
+        service    = "shop"
+        team       = "web"
+      }
+    }
+
+    scaling {
+      min     = 0
+      max     = 50
+      enabled = false
+
+      policy {
+        serverless {
+          activation_scale           = 1
+          burst_capacity             = 211
+          initial                    = 1
+          max                        = 0
+          max_scale_down_rate        = 2
+          max_scale_up_rate          = 1000
+          metric                     = "concurrency"
+          min                        = 0
+          panic_threshold_percentage = 200
+          panic_window_percentage    = 10
+          scale_down_delay           = "0s"
+          scale_to_zero_grace        = "30s"
+          target                     = 100
+          utilization                = 70
+          window                     = "1m0s"
         }
       }
     }

@@ -19,35 +19,9 @@ job "api-00001" {
     count          = 2
     shutdown_delay = "5s"
 
-    scaling {
-      enabled = false
-      min     = 1
-      max     = 20
-
-      policy {
-        serverless {
-          activation_scale           = 1
-          burst_capacity             = 211
-          initial                    = 2
-          max                        = 20
-          max_scale_down_rate        = 2
-          max_scale_up_rate          = 1000
-          metric                     = "rps"
-          min                        = 1
-          panic_threshold_percentage = 200
-          panic_window_percentage    = 20
-          scale_down_delay           = "2m0s"
-          scale_to_zero_grace        = "30s"
-          target                     = 150
-          utilization                = 70
-          window                     = "30s"
-        }
-      }
-    }
-
     restart {
-      attempts = 3
       interval = "1m0s"
+      attempts = 3
       delay    = "1s"
       mode     = "fail"
     }
@@ -73,15 +47,9 @@ job "api-00001" {
 
     service {
       name     = "api-00001"
+      tags     = ["serverless", "service=api"]
       port     = "http"
       provider = "consul"
-      tags     = ["serverless", "service=api"]
-
-      meta {
-        admin-port = "${NOMAD_HOST_PORT_admin}"
-        revision   = "api-00001"
-        service    = "api"
-      }
 
       check {
         name     = "ready"
@@ -101,14 +69,46 @@ job "api-00001" {
         type           = "http"
         path           = "/liveness"
         port           = "admin"
-        task           = "user"
         interval       = "10s"
         timeout        = "2s"
         initial_status = "passing"
+        task           = "user"
 
         check_restart {
           limit = 3
           grace = "20s"
+        }
+      }
+
+      meta {
+        admin-port = "${NOMAD_HOST_PORT_admin}"
+        revision   = "api-00001"
+        service    = "api"
+      }
+    }
+
+    scaling {
+      min     = 1
+      max     = 20
+      enabled = false
+
+      policy {
+        serverless {
+          activation_scale           = 1
+          burst_capacity             = 211
+          initial                    = 2
+          max                        = 20
+          max_scale_down_rate        = 2
+          max_scale_up_rate          = 1000
+          metric                     = "rps"
+          min                        = 1
+          panic_threshold_percentage = 200
+          panic_window_percentage    = 20
+          scale_down_delay           = "2m0s"
+          scale_to_zero_grace        = "30s"
+          target                     = 150
+          utilization                = 70
+          window                     = "30s"
         }
       }
     }

@@ -19,35 +19,9 @@ job "worker-00001" {
     count          = 1
     shutdown_delay = "5s"
 
-    scaling {
-      enabled = false
-      min     = 0
-      max     = 3
-
-      policy {
-        serverless {
-          activation_scale           = 1
-          burst_capacity             = 211
-          initial                    = 1
-          max                        = 3
-          max_scale_down_rate        = 2
-          max_scale_up_rate          = 1000
-          metric                     = "concurrency"
-          min                        = 0
-          panic_threshold_percentage = 200
-          panic_window_percentage    = 10
-          scale_down_delay           = "0s"
-          scale_to_zero_grace        = "30s"
-          target                     = 100
-          utilization                = 70
-          window                     = "1m0s"
-        }
-      }
-    }
-
     restart {
-      attempts = 3
       interval = "1m0s"
+      attempts = 3
       delay    = "1s"
       mode     = "fail"
     }
@@ -73,15 +47,9 @@ job "worker-00001" {
 
     service {
       name     = "worker-00001"
+      tags     = ["serverless", "service=worker"]
       port     = "http"
       provider = "consul"
-      tags     = ["serverless", "service=worker"]
-
-      meta {
-        admin-port = "${NOMAD_HOST_PORT_admin}"
-        revision   = "worker-00001"
-        service    = "worker"
-      }
 
       check {
         name     = "ready"
@@ -101,14 +69,46 @@ job "worker-00001" {
         type           = "http"
         path           = "/liveness"
         port           = "admin"
-        task           = "user"
         interval       = "10s"
         timeout        = "5s"
         initial_status = "passing"
+        task           = "user"
 
         check_restart {
           limit = 3
           grace = "10s"
+        }
+      }
+
+      meta {
+        admin-port = "${NOMAD_HOST_PORT_admin}"
+        revision   = "worker-00001"
+        service    = "worker"
+      }
+    }
+
+    scaling {
+      min     = 0
+      max     = 3
+      enabled = false
+
+      policy {
+        serverless {
+          activation_scale           = 1
+          burst_capacity             = 211
+          initial                    = 1
+          max                        = 3
+          max_scale_down_rate        = 2
+          max_scale_up_rate          = 1000
+          metric                     = "concurrency"
+          min                        = 0
+          panic_threshold_percentage = 200
+          panic_window_percentage    = 10
+          scale_down_delay           = "0s"
+          scale_to_zero_grace        = "30s"
+          target                     = 100
+          utilization                = 70
+          window                     = "1m0s"
         }
       }
     }

@@ -19,35 +19,9 @@ job "testapp-00001" {
     count          = 1
     shutdown_delay = "5s"
 
-    scaling {
-      enabled = false
-      min     = 0
-      max     = 5
-
-      policy {
-        serverless {
-          activation_scale           = 1
-          burst_capacity             = 211
-          initial                    = 1
-          max                        = 5
-          max_scale_down_rate        = 2
-          max_scale_up_rate          = 1000
-          metric                     = "concurrency"
-          min                        = 0
-          panic_threshold_percentage = 200
-          panic_window_percentage    = 10
-          scale_down_delay           = "0s"
-          scale_to_zero_grace        = "5s"
-          target                     = 5
-          utilization                = 70
-          window                     = "6s"
-        }
-      }
-    }
-
     restart {
-      attempts = 3
       interval = "1m0s"
+      attempts = 3
       delay    = "1s"
       mode     = "fail"
     }
@@ -71,15 +45,9 @@ job "testapp-00001" {
 
     service {
       name     = "testapp-00001"
+      tags     = ["serverless", "service=testapp"]
       port     = "http"
       provider = "consul"
-      tags     = ["serverless", "service=testapp"]
-
-      meta {
-        admin-port = "${NOMAD_HOST_PORT_admin}"
-        revision   = "testapp-00001"
-        service    = "testapp"
-      }
 
       check {
         name     = "ready"
@@ -91,6 +59,38 @@ job "testapp-00001" {
 
         header {
           K-Network-Probe = ["queue"]
+        }
+      }
+
+      meta {
+        admin-port = "${NOMAD_HOST_PORT_admin}"
+        revision   = "testapp-00001"
+        service    = "testapp"
+      }
+    }
+
+    scaling {
+      min     = 0
+      max     = 5
+      enabled = false
+
+      policy {
+        serverless {
+          activation_scale           = 1
+          burst_capacity             = 211
+          initial                    = 1
+          max                        = 5
+          max_scale_down_rate        = 2
+          max_scale_up_rate          = 1000
+          metric                     = "concurrency"
+          min                        = 0
+          panic_threshold_percentage = 200
+          panic_window_percentage    = 10
+          scale_down_delay           = "0s"
+          scale_to_zero_grace        = "5s"
+          target                     = 5
+          utilization                = 70
+          window                     = "6s"
         }
       }
     }

@@ -19,35 +19,9 @@ job "whoami-00001" {
     count          = 1
     shutdown_delay = "5s"
 
-    scaling {
-      enabled = false
-      min     = 0
-      max     = 1000
-
-      policy {
-        serverless {
-          activation_scale           = 1
-          burst_capacity             = 211
-          initial                    = 1
-          max                        = 0
-          max_scale_down_rate        = 2
-          max_scale_up_rate          = 1000
-          metric                     = "concurrency"
-          min                        = 0
-          panic_threshold_percentage = 200
-          panic_window_percentage    = 10
-          scale_down_delay           = "0s"
-          scale_to_zero_grace        = "30s"
-          target                     = 100
-          utilization                = 70
-          window                     = "1m0s"
-        }
-      }
-    }
-
     restart {
-      attempts = 3
       interval = "1m0s"
+      attempts = 3
       delay    = "1s"
       mode     = "fail"
     }
@@ -73,16 +47,9 @@ job "whoami-00001" {
 
     service {
       name     = "whoami-00001"
+      tags     = ["serverless", "service=whoami", "traefik.enable=true", "traefik.http.routers.whoami.rule=Host(`whoami.example.com`)", "traefik.http.routers.whoami.entrypoints=web", "traefik.http.routers.whoami.service=whoami", "traefik.http.services.whoami.loadbalancer.passhostheader=true"]
       port     = "http"
       provider = "consul"
-      tags     = ["serverless", "service=whoami", "traefik.enable=true", "traefik.http.routers.whoami.rule=Host(`whoami.example.com`)", "traefik.http.routers.whoami.entrypoints=web", "traefik.http.routers.whoami.service=whoami", "traefik.http.services.whoami.loadbalancer.passhostheader=true"]
-
-      meta {
-        admin-port = "${NOMAD_HOST_PORT_admin}"
-        revision   = "whoami-00001"
-        service    = "whoami"
-        team       = "platform"
-      }
 
       check {
         name     = "ready"
@@ -94,6 +61,39 @@ job "whoami-00001" {
 
         header {
           K-Network-Probe = ["queue"]
+        }
+      }
+
+      meta {
+        admin-port = "${NOMAD_HOST_PORT_admin}"
+        revision   = "whoami-00001"
+        service    = "whoami"
+        team       = "platform"
+      }
+    }
+
+    scaling {
+      min     = 0
+      max     = 1000
+      enabled = false
+
+      policy {
+        serverless {
+          activation_scale           = 1
+          burst_capacity             = 211
+          initial                    = 1
+          max                        = 0
+          max_scale_down_rate        = 2
+          max_scale_up_rate          = 1000
+          metric                     = "concurrency"
+          min                        = 0
+          panic_threshold_percentage = 200
+          panic_window_percentage    = 10
+          scale_down_delay           = "0s"
+          scale_to_zero_grace        = "30s"
+          target                     = 100
+          utilization                = 70
+          window                     = "1m0s"
         }
       }
     }

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// sleepingRevision is a revision job whose tasks only sleep: a real job
+// shape for the feeder, no sidecar to wait for.
+func sleepingRevision(t *testing.T, service string, gen, count int) *nomadapi.Job {
+	t.Helper()
+	svc := spec.NewService(service)
+	svc.Template.Task.Driver = "raw_exec"
+	svc.Template.Task.Config = map[string]any{"command": "/bin/sh"}
+	svc.Scaling.Min, svc.Scaling.Max, svc.Scaling.Initial = 0, 30, count
+	job, err := nomadjob.Compile(spec.NewRevision(&svc, gen), nomadjob.Options{Sidecar: nomadjob.SidecarOptions{Command: "/bin/sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range job.TaskGroups[0].Tasks {
+		task.Config = map[string]any{"command": "/bin/sh", "args": []string{"-c", "exec sleep 60"}}
+		task.KillTimeout = new(time.Second)
+	}
+	job.TaskGroups[0].Services = nil
+	return job
+}
+
+// TestFeedNomadCatchesUpAfterLosingEvents: Nomad keeps only its last 100
+// events. When serve's event stream is down for longer than that many
+// changes take, resuming from its last index silently skips the rest; the
+// feeder must list again so the catalog does not stay wrong for good.
+func TestFeedNomadCatchesUpAfterLosingEvents(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1, RescheduleDelay: time.Hour, HeartbeatInterval: time.Second})
+	cfg := nomadapi.DefaultConfig()
+	cfg.Address = c.Nomad.Addr()
+	nc, err := nomadjob.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := nc.Register(ctx, sleepingRevision(t, "first", 1, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.New()
+	done := make(chan error, 1)
+	go func() { done <- feedNomad(ctx, nc, cat, nil, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitCatalog(t, cat, "first-00001 and its running allocation", func() bool {
+		return running(cat, "first-00001") == 1
+	})
+
+	// The stream breaks and cannot come back for a while (a leader
+	// election, a proxy in between): meanwhile a revision is registered,
+	// and another scales up and down enough to push its events out of
+	// Nomad's buffer.
+	c.Nomad.SetFault(fakecluster.Fault{Status: 500, PathPrefix: "/v1/event/stream"})
+	c.Nomad.Down()
+	if err := c.Nomad.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Register(ctx, sleepingRevision(t, "second", 1, 2), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Register(ctx, sleepingRevision(t, "churn", 1, 0), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{12, 0, 12, 0} {
+		if err := nc.Scale(ctx, "churn-00001", n, "churn", nil); err != nil {
+			t.Fatal(err)
+		}
+		waitAllocs(t, c, "churn-00001", n)
+	}
+	waitAllocs(t, c, "second-00001", 2)
+	if err := nc.Scale(ctx, "first-00001", 0, "to zero while serve cannot hear", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitAllocs(t, c, "first-00001", 0)
+	c.Nomad.SetFault(fakecluster.Fault{})
+
+	waitCatalog(t, cat, "the catalog knows second-00001 with its 2 allocations and first-00001 at zero", func() bool {
+		r, ok := cat.Revision("second-00001")
+		f, _ := cat.Revision("first-00001")
+		return ok && r.Desired == 2 && running(cat, "second-00001") == 2 && f.Desired == 0 && running(cat, "first-00001") == 0
+	})
+}
+
+func running(cat *catalog.Catalog, rev string) int {
+	n := 0
+	for _, a := range cat.Allocations(rev) {
+		if a.Running {
+			n++
+		}
+	}
+	return n
+}
+
+func waitCatalog(t *testing.T, cat *catalog.Catalog, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			var state []string
+			for _, r := range cat.Revisions() {
+				state = append(state, fmt.Sprintf("%s desired %d allocations %+v", r.Name, r.Desired, cat.Allocations(r.Name)))
+			}
+			t.Fatalf("%s: not after 30s; catalog: %v", what, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitAllocs waits until a job has exactly n running allocations and none
+// pending or stopping.
+func waitAllocs(t *testing.T, c *fakecluster.Cluster, job string, n int) {
+	t.Helper()
+	eventually(t, 20*time.Second, fmt.Sprintf("%s runs %d allocations", job, n), func() (bool, string) {
+		run, busy := 0, 0
+		for _, a := range c.Nomad.Allocations("default", job) {
+			switch {
+			case a.ClientStatus == "running" && a.DesiredStatus == "run":
+				run++
+			case a.ClientStatus == "pending" || a.ClientStatus == "running":
+				busy++
+			}
+		}
+		return run == n && busy == 0, fmt.Sprintf("%d running, %d pending or stopping", run, busy)
+	})
+}
+
+// TestCollectRevisionsAgainstTheFakeCluster runs garbage collection
+// through the real adapters: the old revision leaves the route (Consul
+// refuses to remove a resolver or service-defaults something still routes
+// to, so the order matters), its job is purged, and the record forgets it.
+func TestCollectRevisionsAgainstTheFakeCluster(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1})
+	ncfg := nomadapi.DefaultConfig()
+	ncfg.Address = c.Nomad.Addr()
+	nc, err := nomadjob.NewClient(ncfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccfg := consulapi.DefaultConfig()
+	ccfg.Address = c.Consul.Addr()
+	cc, err := consulroute.NewClient(ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for gen := 1; gen <= 3; gen++ {
+		if _, err := nc.Register(ctx, sleepingRevision(t, "gc", gen, 0), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := spec.NewService("gc")
+	svc.Traffic = []spec.TrafficTarget{{Latest: true, Percent: 100}, {Revision: "gc-00002", Tag: "old"}}
+	rec := consulroute.Record{Service: svc, Latest: "gc-00003", Revisions: []string{"gc-00001", "gc-00002", "gc-00003"}}
+	if err := cc.Publish(ctx, rec, 0); err != nil {
+		t.Fatal(err)
+	}
+	if c.Consul.ConfigEntry("service-resolver", "gc-00001") == nil {
+		t.Fatal("publish wrote no resolver for gc-00001")
+	}
+	// Keep nothing that is not routed: gc-00001 goes; gc-00002 (tagged)
+	// and gc-00003 (latest) stay.
+	gone, err := collectRevisions(ctx, nc, cc, "default", "gc", consulroute.RetentionPolicy{}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gone) != 1 || gone[0].Revision != "gc-00001" {
+		t.Fatalf("collected %+v, want gc-00001 only", gone)
+	}
+	if ids := c.Nomad.JobIDs(); fmt.Sprint(ids) != "[default/gc-00002 default/gc-00003]" {
+		t.Errorf("jobs after collection: %v", ids)
+	}
+	for _, kind := range []string{"service-resolver", "service-defaults"} {
+		if c.Consul.ConfigEntry(kind, "gc-00001") != nil {
+			t.Errorf("%s gc-00001 still exists", kind)
+		}
+		if c.Consul.ConfigEntry(kind, "gc-00002") == nil {
+			t.Errorf("%s gc-00002 (tagged) was removed", kind)
+		}
+	}
+	got, _, err := cc.ReadRecord(ctx, "default", "gc")
+	if err != nil || fmt.Sprint(got.Revisions) != "[gc-00002 gc-00003]" || len(got.Deleting) != 0 {
+		t.Errorf("record after collection: %+v, %v", got, err)
+	}
+	if _, err := cc.DiscoveryChain(ctx, "gc"); err != nil {
+		t.Errorf("the chain no longer compiles: %v", err)
+	}
+}

@@ -1,0 +1,95 @@
+job "nomad-serverless" {
+  namespace   = "default"
+  type        = "service"
+  datacenters = ["*"]
+  meta = {
+    "nomad-serverless.domain"  = "example.com"
+    "nomad-serverless.version" = "dev"
+  }
+
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+    operator  = "="
+  }
+
+  group "control-plane" {
+    count = 2
+
+    spread {
+      attribute = "${node.unique.id}"
+    }
+
+    update {
+      max_parallel     = 1
+      health_check     = "checks"
+      min_healthy_time = "10s"
+      healthy_deadline = "3m0s"
+      auto_revert      = true
+    }
+
+    network {
+      port "gateway" {
+        static = 8080
+      }
+
+      port "admin" {
+        static = 8081
+      }
+    }
+
+    service {
+      name     = "nomad-serverless-gateway"
+      tags     = ["nomad-serverless", "gateway"]
+      port     = "gateway"
+      provider = "consul"
+
+      check {
+        name     = "serve healthz"
+        type     = "http"
+        path     = "/healthz"
+        port     = "admin"
+        interval = "5s"
+        timeout  = "2s"
+      }
+
+      meta {
+        domain = "example.com"
+      }
+    }
+
+    task "serve" {
+      driver         = "docker"
+      kill_timeout   = "35s"
+      shutdown_delay = "5s"
+      kill_signal    = "SIGTERM"
+
+      config {
+        args         = ["serve", "-listen", ":${NOMAD_PORT_gateway}", "-admin-listen", "${NOMAD_IP_admin}:${NOMAD_PORT_admin}", "-domain", "example.com", "-replica", "${NOMAD_ALLOC_ID}"]
+        image        = "ghcr.io/nomad-serverless/nomad-serverless:latest"
+        network_mode = "host"
+      }
+
+      env {
+        CONSUL_HTTP_ADDR = "127.0.0.1:8500"
+        NOMAD_ADDR       = "unix://${NOMAD_SECRETS_DIR}/api.sock"
+      }
+
+      resources {
+        cpu    = 500
+        memory = 256
+      }
+
+      template {
+        destination = "secrets/tokens.env"
+        data        = "{{ with nomadVar \"nomad/jobs/nomad-serverless\" -}}\nCONSUL_HTTP_TOKEN={{ .consul_token }}\n{{- end }}\n"
+        change_mode = "restart"
+        env         = true
+      }
+
+      identity {
+        env = true
+      }
+    }
+  }
+}

@@ -1,0 +1,181 @@
+package devagents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Options say which binaries to run, where, on which ports and how long to
+// wait for them.
+type Options struct {
+	ConsulBin, NomadBin string
+	// Dir receives consul.hcl, nomad.hcl, nomad-data/, consul.log and
+	// nomad.log; it must exist.
+	Dir string
+	// Ports: the ones set are used as given (check them with PortFree
+	// first to say which is taken), the zero ones are picked free.
+	Ports  Ports
+	Config ConfigOptions
+	// Env is the agents' environment; nil is ChildEnv(os.Environ()).
+	Env []string
+	// ReadyTimeout bounds each wait (Consul's leader, Nomad's leader, a
+	// ready node); default 90s. Poll is the interval; default 200ms.
+	ReadyTimeout, Poll time.Duration
+	// StopGrace is how long each agent may take to stop after SIGINT when
+	// Start fails half way; default 10s.
+	StopGrace time.Duration
+	// Progress receives one line per step ("Starting Consul dev
+	// agent..."); nil says nothing.
+	Progress io.Writer
+}
+
+// Agents is a running Consul dev agent and Nomad dev agent.
+type Agents struct {
+	Ports Ports
+	Dir   string
+	// NomadAddr is a URL (http://127.0.0.1:port) and ConsulAddr host:port,
+	// as NOMAD_ADDR and CONSUL_HTTP_ADDR want them; ConsulURL is
+	// http://ConsulAddr.
+	NomadAddr, ConsulAddr, ConsulURL string
+	// ACL is Options.Config.ACL, with NomadManagementToken filled.
+	ACL *ACL
+	// Consul and Nomad are the agents' processes.
+	Consul, Nomad *Proc
+
+	progress io.Writer
+}
+
+// Start writes the configurations, starts Consul, waits for its leader,
+// starts Nomad pointed at it, waits for Nomad's leader, bootstraps Nomad's
+// ACLs (with Config.ACL) and waits for a ready client node with a healthy
+// raw_exec driver. On error (ctx ending included) it stops what it started
+// before returning.
+func Start(ctx context.Context, o Options) (a *Agents, err error) {
+	if o.ConsulBin == "" || o.NomadBin == "" || o.Dir == "" {
+		return nil, errors.New("start dev agents: ConsulBin, NomadBin and Dir are required")
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 90 * time.Second
+	}
+	if o.Poll <= 0 {
+		o.Poll = 200 * time.Millisecond
+	}
+	if o.StopGrace <= 0 {
+		o.StopGrace = 10 * time.Second
+	}
+	if o.Env == nil {
+		o.Env = ChildEnv(os.Environ())
+	}
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	ports, err := o.Ports.FillFree()
+	if err != nil {
+		return nil, err
+	}
+	a = &Agents{
+		Ports:      ports,
+		Dir:        o.Dir,
+		NomadAddr:  "http://127.0.0.1:" + strconv.Itoa(ports.NomadHTTP),
+		ConsulAddr: "127.0.0.1:" + strconv.Itoa(ports.ConsulHTTP),
+		ACL:        o.Config.ACL,
+		progress:   progress,
+	}
+	a.ConsulURL = "http://" + a.ConsulAddr
+	defer func() {
+		if err != nil {
+			a.Stop(o.StopGrace)
+			a = nil
+		}
+	}()
+
+	consulCfg := filepath.Join(o.Dir, "consul.hcl")
+	nomadCfg := filepath.Join(o.Dir, "nomad.hcl")
+	if err := os.WriteFile(consulCfg, []byte(ConsulConfig(ports, o.Config)), 0o644); err != nil {
+		return a, fmt.Errorf("write %s: %w", consulCfg, err)
+	}
+	if err := os.WriteFile(nomadCfg, []byte(NomadConfig(ports, filepath.Join(o.Dir, "nomad-data"), o.Config)), 0o644); err != nil {
+		return a, fmt.Errorf("write %s: %w", nomadCfg, err)
+	}
+	consul := agentHTTP{base: a.ConsulURL, tokenHeader: "X-Consul-Token"}
+	nomad := agentHTTP{base: a.NomadAddr, tokenHeader: "X-Nomad-Token"}
+	if a.ACL != nil {
+		consul.token = a.ACL.ConsulManagementToken
+	}
+
+	consulLog := filepath.Join(o.Dir, "consul.log")
+	fmt.Fprintf(progress, "Starting Consul dev agent (%s, log %s)...\n", o.ConsulBin, consulLog)
+	if a.Consul, err = StartProc(Command{Name: "consul", Path: o.ConsulBin, Args: []string{"agent", "-dev", "-config-file", consulCfg}, Env: o.Env, LogPath: consulLog}); err != nil {
+		return a, err
+	}
+	if err := WaitFor(ctx, a.Consul, "Consul at "+a.ConsulURL, o.ReadyTimeout, o.Poll, consul.leaderCheck); err != nil {
+		return a, err
+	}
+
+	nomadLog := filepath.Join(o.Dir, "nomad.log")
+	fmt.Fprintf(progress, "Starting Nomad dev agent (%s, log %s)...\n", o.NomadBin, nomadLog)
+	if a.Nomad, err = StartProc(Command{Name: "nomad", Path: o.NomadBin, Args: []string{"agent", "-dev", "-config", nomadCfg}, Env: o.Env, LogPath: nomadLog}); err != nil {
+		return a, err
+	}
+	what := "Nomad at " + a.NomadAddr
+	if err := WaitFor(ctx, a.Nomad, what, o.ReadyTimeout, o.Poll, nomad.leaderCheck); err != nil {
+		return a, err
+	}
+	if a.ACL != nil {
+		if a.ACL.NomadManagementToken, err = nomad.bootstrapACL(ctx); err != nil {
+			return a, fmt.Errorf("bootstrap Nomad's ACLs at %s: %w", a.NomadAddr, err)
+		}
+		nomad.token = a.ACL.NomadManagementToken
+	}
+	if err := WaitFor(ctx, a.Nomad, what, o.ReadyTimeout, o.Poll, nomad.rawExecNodeCheck); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+// procs are the agents started, in start order.
+func (a *Agents) procs() []*Proc {
+	var out []*Proc
+	for _, p := range []*Proc{a.Consul, a.Nomad} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Stop stops Nomad (which, in dev mode, stops the allocations it runs) and
+// then Consul, each with Proc.Stop(grace), saying so on Options.Progress. It
+// returns a line for each agent that ignored SIGINT and was killed.
+func (a *Agents) Stop(grace time.Duration) []string {
+	var killed []string
+	procs := a.procs()
+	for i := len(procs) - 1; i >= 0; i-- {
+		p := procs[i]
+		if p.Exited() {
+			continue
+		}
+		fmt.Fprintf(a.progress, "Stopping %s...\n", p.Name)
+		if p.Stop(grace) {
+			killed = append(killed, fmt.Sprintf("%s did not stop within %s after SIGINT; killed it.", p.Name, grace))
+		}
+	}
+	return killed
+}
+
+// Alive returns an error describing the first agent that has exited.
+func (a *Agents) Alive() error {
+	for _, p := range a.procs() {
+		if p.Exited() {
+			return errors.New(p.Describe())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+package devagents
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/devagents/devagentstest"
+)
+
+// The tests below start fake `consul` and `nomad` executables (see
+// devagentstest): this test binary run again as TestFakeAgentProcess.
+
+// TestFakeAgentProcess is not a test: it is the body of the fakes, and
+// returns at once in a normal run.
+func TestFakeAgentProcess(t *testing.T) { devagentstest.RunIfFake() }
+
+func fakes(t *testing.T, env map[string]string) devagentstest.Fakes {
+	return devagentstest.New(t, "TestFakeAgentProcess", []string{"consul", "nomad"}, env)
+}
+
+// options start the fakes with short bounds; progress is read once Start
+// or Stop returned.
+func options(t *testing.T, f devagentstest.Fakes, progress *bytes.Buffer) Options {
+	if progress == nil {
+		progress = &bytes.Buffer{}
+	}
+	return Options{
+		ConsulBin: f.Path("consul"), NomadBin: f.Path("nomad"), Dir: t.TempDir(),
+		ReadyTimeout: 20 * time.Second, Poll: 20 * time.Millisecond, StopGrace: 5 * time.Second,
+		Progress: progress,
+	}
+}
+
+// start runs Start and registers a Stop.
+func start(t *testing.T, o Options) *Agents {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := Start(ctx, o)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { a.Stop(5 * time.Second) })
+	return a
+}
+
+func TestStartWaitsInOrderAndStops(t *testing.T) {
+	f := fakes(t, map[string]string{"FAKE_LEADER_DELAY": "300ms"})
+	var progress bytes.Buffer
+	o := options(t, f, &progress)
+	o.Ports.ConsulHTTP = 0 // picked free
+	a := start(t, o)
+
+	if a.NomadAddr != fmt.Sprintf("http://127.0.0.1:%d", a.Ports.NomadHTTP) || a.ConsulAddr != fmt.Sprintf("127.0.0.1:%d", a.Ports.ConsulHTTP) || a.ConsulURL != "http://"+a.ConsulAddr {
+		t.Errorf("addresses %q %q %q for ports %+v", a.NomadAddr, a.ConsulAddr, a.ConsulURL, a.Ports)
+	}
+	joined := strings.Join(f.Lines(t), "\n")
+	for _, want := range []string{
+		"args=agent -dev -config-file " + filepath.Join(o.Dir, "consul.hcl"),
+		"args=agent -dev -config " + filepath.Join(o.Dir, "nomad.hcl"),
+		"poll consul leader=none", // it waited for Consul's election
+		"poll nomad leader=none",  // and for Nomad's
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("events lack %q:\n%s", want, joined)
+		}
+	}
+	// Nomad starts only once Consul has a leader.
+	if got := f.Starts(t); !slices.Equal(got, []string{"consul", "nomad"}) {
+		t.Errorf("start order = %v", got)
+	}
+	lines := f.Lines(t)
+	lastConsulPoll := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "start nomad") })
+	for _, l := range lines[lastConsulPoll:] {
+		if strings.HasPrefix(l, "poll consul") {
+			t.Errorf("Nomad started before Consul had a leader:\n%s", joined)
+		}
+	}
+	nomadCfg, _ := os.ReadFile(filepath.Join(o.Dir, "nomad.hcl"))
+	if !strings.Contains(string(nomadCfg), fmt.Sprintf(`address      = "127.0.0.1:%d"`, a.Ports.ConsulHTTP)) {
+		t.Errorf("Nomad is not pointed at the Consul dev agent:\n%s", nomadCfg)
+	}
+	if !strings.Contains(progress.String(), "Starting Consul dev agent ("+o.ConsulBin+", log "+filepath.Join(o.Dir, "consul.log")+")") {
+		t.Errorf("progress: %s", progress.String())
+	}
+	if err := a.Alive(); err != nil {
+		t.Errorf("Alive: %v", err)
+	}
+
+	pids := f.PIDs(t)
+	if killed := a.Stop(5 * time.Second); len(killed) != 0 {
+		t.Errorf("killed: %v", killed)
+	}
+	if got := f.Stops(t); !slices.Equal(got, []string{"nomad", "consul"}) {
+		t.Errorf("stop order = %v, want nomad, consul", got)
+	}
+	for _, l := range f.Lines(t) {
+		if strings.HasPrefix(l, "stop ") && !strings.HasSuffix(l, "signal=interrupt") {
+			t.Errorf("stopped with something else than SIGINT: %s", l)
+		}
+	}
+	devagentstest.AssertGone(t, pids)
+	if !strings.Contains(progress.String(), "Stopping nomad...\nStopping consul...\n") {
+		t.Errorf("progress: %s", progress.String())
+	}
+}
+
+func TestStartFailingAgentStopsTheRest(t *testing.T) {
+	f := fakes(t, map[string]string{"FAKE_FAIL": "nomad"})
+	var progress bytes.Buffer
+	o := options(t, f, &progress)
+	a, err := Start(context.Background(), o)
+	if err == nil || a != nil {
+		t.Fatalf("Start with a failing Nomad: %v", err)
+	}
+	for _, want := range []string{"nomad exited: exit status 3", "last lines of " + filepath.Join(o.Dir, "nomad.log"), "boom: the fake nomad refuses to start"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if got := f.Stops(t); !slices.Equal(got, []string{"consul"}) {
+		t.Errorf("stops = %v, want consul stopped", got)
+	}
+	if !strings.Contains(progress.String(), "Stopping consul...") {
+		t.Errorf("progress: %s", progress.String())
+	}
+	devagentstest.AssertGone(t, f.PIDs(t))
+}
+
+func TestStopKillsWhatIgnoresSIGINT(t *testing.T) {
+	f := fakes(t, map[string]string{"FAKE_IGNORE_INT": "nomad"})
+	a := start(t, options(t, f, nil))
+	pids := f.PIDs(t)
+	killed := a.Stop(300 * time.Millisecond)
+	if !slices.Equal(killed, []string{"nomad did not stop within 300ms after SIGINT; killed it."}) {
+		t.Errorf("killed = %q", killed)
+	}
+	if got := f.Stops(t); !slices.Equal(got, []string{"nomad", "consul"}) {
+		t.Errorf("stops = %v", got)
+	}
+	devagentstest.AssertGone(t, pids)
+}
+
+func TestStartBounds(t *testing.T) {
+	t.Run("no leader within the timeout", func(t *testing.T) {
+		f := fakes(t, map[string]string{"FAKE_LEADER_DELAY": "1h"})
+		o := options(t, f, nil)
+		o.ReadyTimeout = 500 * time.Millisecond
+		_, err := Start(context.Background(), o)
+		if err == nil || !strings.Contains(err.Error(), "Consul at http://127.0.0.1:") || !strings.Contains(err.Error(), "not ready after 500ms: no leader elected yet") {
+			t.Errorf("err = %v", err)
+		}
+		if got := f.Stops(t); !slices.Equal(got, []string{"consul"}) {
+			t.Errorf("stops = %v", got)
+		}
+	})
+	t.Run("no raw_exec driver", func(t *testing.T) {
+		f := fakes(t, map[string]string{"FAKE_NO_RAW_EXEC": "1"})
+		o := options(t, f, nil)
+		o.ReadyTimeout = 500 * time.Millisecond
+		_, err := Start(context.Background(), o)
+		if err == nil || !strings.Contains(err.Error(), "none ready with a healthy raw_exec driver") {
+			t.Errorf("err = %v", err)
+		}
+		if got := f.Stops(t); !slices.Equal(got, []string{"nomad", "consul"}) {
+			t.Errorf("stops = %v", got)
+		}
+	})
+	t.Run("context ends while waiting", func(t *testing.T) {
+		f := fakes(t, map[string]string{"FAKE_LEADER_DELAY": "1h"})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		o := options(t, f, nil) // its progress is written by Start's goroutine alone
+		go func() {
+			_, err := Start(ctx, o)
+			done <- err
+		}()
+		deadline := time.Now().Add(20 * time.Second)
+		for !f.Has(t, "poll consul") && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != context.Canceled {
+				t.Errorf("err = %v, want context.Canceled", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("Start did not return after its context ended")
+		}
+		devagentstest.AssertGone(t, f.PIDs(t))
+	})
+}
+
+func TestStartWithACL(t *testing.T) {
+	f := fakes(t, nil)
+	o := options(t, f, nil)
+	o.Config.ACL = &ACL{ConsulManagementToken: "c0ffee00-0000-4000-8000-000000000001"}
+	// The fake Nomad answers /v1/nodes only with the bootstrapped token, so
+	// Start returning means it bootstrapped and then used it.
+	a := start(t, o)
+	if a.ACL.NomadManagementToken != devagentstest.ManagementSecret {
+		t.Errorf("management token %q", a.ACL.NomadManagementToken)
+	}
+	if !f.Has(t, "bootstrap nomad") {
+		t.Errorf("no bootstrap: %v", f.Lines(t))
+	}
+	cfg, _ := os.ReadFile(filepath.Join(o.Dir, "consul.hcl"))
+	if !strings.Contains(string(cfg), `initial_management = "c0ffee00-0000-4000-8000-000000000001"`) {
+		t.Errorf("consul config without ACLs:\n%s", cfg)
+	}
+}
+
+func TestAliveReportsAnExitedAgent(t *testing.T) {
+	f := fakes(t, nil)
+	a := start(t, options(t, f, nil))
+	if err := syscall.Kill(a.Nomad.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.Nomad.Done()
+	err := a.Alive()
+	if err == nil || !strings.Contains(err.Error(), "nomad exited: signal: killed") || !strings.Contains(err.Error(), "nomad.log") {
+		t.Errorf("Alive = %v", err)
+	}
+}

@@ -1,0 +1,114 @@
+package devagents
+
+import "fmt"
+
+// ACL turns on ACLs in both agents: Consul with ConsulManagementToken as its
+// initial management and agent token (nothing to bootstrap), Nomad
+// bootstrapped by Start, which fills NomadManagementToken.
+type ACL struct {
+	ConsulManagementToken string
+	NomadManagementToken  string
+}
+
+// ConfigOptions are the settings of the agents' configuration files beyond
+// their ports.
+type ConfigOptions struct {
+	// LogLevel is the agents' log_level; "" is INFO.
+	LogLevel string
+	// ACL, when not nil, turns ACLs on.
+	ACL *ACL
+}
+
+func (o ConfigOptions) logLevel() string {
+	if o.LogLevel == "" {
+		return "INFO"
+	}
+	return o.LogLevel
+}
+
+// ConsulConfig renders a Consul dev agent's configuration: loopback only,
+// every port from p, the UI on, ACLs (default deny) when o.ACL is set.
+func ConsulConfig(p Ports, o ConfigOptions) string {
+	s := fmt.Sprintf(`# Written by nomad-serverless: a single Consul dev agent on loopback.
+bind_addr      = "127.0.0.1"
+client_addr    = "127.0.0.1"
+advertise_addr = "127.0.0.1"
+log_level      = %q
+
+ports {
+  http     = %d
+  dns      = %d
+  server   = %d
+  serf_lan = %d
+  serf_wan = %d
+  grpc     = %d
+  grpc_tls = -1
+}
+
+ui_config {
+  enabled = true
+}
+`, o.logLevel(), p.ConsulHTTP, p.ConsulDNS, p.ConsulServer, p.ConsulSerfLAN, p.ConsulSerfWAN, p.ConsulGRPC)
+	if o.ACL != nil {
+		s += fmt.Sprintf(`
+acl {
+  enabled                  = true
+  default_policy           = "deny"
+  enable_token_persistence = false
+  tokens {
+    initial_management = %q
+    agent              = %q
+  }
+}
+`, o.ACL.ConsulManagementToken, o.ACL.ConsulManagementToken)
+	}
+	return s
+}
+
+// NomadConfig renders a Nomad dev agent's configuration (server and client):
+// loopback only, data in dataDir, raw_exec enabled (examples/raw-exec.hcl
+// and the e2e services run nomad-serverless through it), services
+// registered in the Consul at p.ConsulHTTP (with the management token when
+// o.ACL is set), Nomad ACLs on when o.ACL is set.
+func NomadConfig(p Ports, dataDir string, o ConfigOptions) string {
+	token := ""
+	if o.ACL != nil {
+		token = fmt.Sprintf("\n  token        = %q", o.ACL.ConsulManagementToken)
+	}
+	s := fmt.Sprintf(`# Written by nomad-serverless: a single Nomad dev agent (server and client) on loopback.
+data_dir  = %q
+bind_addr = "127.0.0.1"
+log_level = %q
+
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+
+consul {
+  address      = "127.0.0.1:%d"
+  grpc_address = "127.0.0.1:%d"%s
+}
+
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`, dataDir, o.logLevel(), p.NomadHTTP, p.NomadRPC, p.NomadSerf, p.ConsulHTTP, p.ConsulGRPC, token)
+	if o.ACL != nil {
+		s += `
+acl {
+  enabled = true
+}
+`
+	}
+	return s
+}

@@ -1,0 +1,612 @@
+package fakecluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+)
+
+type consulService struct {
+	ID          string
+	Name        string
+	Tags        []string
+	Address     string
+	Port        int
+	Meta        map[string]string
+	CreateIndex uint64
+	ModifyIndex uint64
+}
+
+type consulCheck struct {
+	CheckID     string
+	Name        string
+	Status      string
+	Output      string
+	Notes       string
+	ServiceID   string
+	ServiceName string
+	Type        string // http, tcp, ttl, or what else was declared
+	Interval    time.Duration
+	Timeout     time.Duration
+	CreateIndex uint64
+	ModifyIndex uint64
+
+	http            string
+	method          string
+	header          map[string][]string
+	tcp             string
+	deregisterAfter time.Duration
+	criticalSince   time.Time
+	cancel          context.CancelFunc
+}
+
+func (chk *consulCheck) stop() {
+	if chk.cancel != nil {
+		chk.cancel()
+	}
+}
+
+// ServiceInstance is one registered service instance with its health, as
+// tests inspect it.
+type ServiceInstance struct {
+	ID      string
+	Name    string
+	Tags    []string
+	Address string
+	Port    int
+	Meta    map[string]string
+	// Status is the aggregate of the instance's checks: passing, warning
+	// or critical (passing when it has none).
+	Status string
+}
+
+// Services lists the registered instances of a service name ("" for all),
+// sorted by ID.
+func (c *Consul) Services(name string) []ServiceInstance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ServiceInstance
+	for _, s := range c.services {
+		if name != "" && s.Name != name {
+			continue
+		}
+		out = append(out, ServiceInstance{ID: s.ID, Name: s.Name, Tags: slices.Clone(s.Tags), Address: s.Address,
+			Port: s.Port, Meta: cloneStrings(s.Meta), Status: c.aggregateLocked(s.ID)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (c *Consul) aggregateLocked(serviceID string) string {
+	status := consulapi.HealthPassing
+	for _, chk := range c.checks {
+		if chk.ServiceID != serviceID {
+			continue
+		}
+		switch chk.Status {
+		case consulapi.HealthCritical:
+			return consulapi.HealthCritical
+		case consulapi.HealthWarning:
+			status = consulapi.HealthWarning
+		}
+	}
+	return status
+}
+
+func cloneStrings(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// httpError is an error with the HTTP status Consul answers it with.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, a ...any) error {
+	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, a...)}
+}
+
+func (c *Consul) serviceRegister(w http.ResponseWriter, r *http.Request) {
+	var reg consulapi.AgentServiceRegistration
+	if !decodeJSON(w, r, &reg) {
+		return
+	}
+	replace := r.URL.Query().Get("replace-existing-checks") == "true"
+	if err := c.Register(&reg, replace); err != nil {
+		status := http.StatusInternalServerError
+		if he, ok := err.(*httpError); ok {
+			status = he.status
+		}
+		writeText(w, writeHeaders, status, err.Error())
+		return
+	}
+	for k, v := range writeHeaders {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// Register adds or replaces a service instance and its checks, as
+// PUT /v1/agent/service/register does. The fake Nomad registers its
+// allocations' services through it. A check that already exists keeps its
+// status (Consul does not reset a check that is re-registered unchanged);
+// a new one starts as its Status says, else critical. With replaceChecks,
+// the service's checks not in reg are removed.
+func (c *Consul) Register(reg *consulapi.AgentServiceRegistration, replaceChecks bool) error {
+	if reg == nil || reg.Name == "" {
+		return badRequest("Missing service name")
+	}
+	id := reg.ID
+	if id == "" {
+		id = reg.Name
+	}
+	var defs consulapi.AgentServiceChecks
+	if reg.Check != nil {
+		defs = append(defs, reg.Check)
+	}
+	defs = append(defs, reg.Checks...)
+	var checks []*consulCheck
+	for i, d := range defs {
+		chk, err := c.checkFromDefinition(id, reg.Name, d, i, len(defs))
+		if err != nil {
+			return err
+		}
+		checks = append(checks, chk)
+	}
+
+	c.mu.Lock()
+	idx := c.nextIndex()
+	s := c.services[id]
+	if s == nil {
+		s = &consulService{ID: id, CreateIndex: idx}
+		c.services[id] = s
+	} else if s.Name != reg.Name {
+		c.nameIndex[s.Name] = idx
+	}
+	s.Name, s.Tags, s.Address, s.Port = reg.Name, slices.Clone(reg.Tags), reg.Address, reg.Port
+	s.Meta = cloneStrings(reg.Meta)
+	s.ModifyIndex = idx
+	keep := map[string]bool{}
+	for _, chk := range checks {
+		keep[chk.CheckID] = true
+		chk.ServiceName = reg.Name
+		chk.CreateIndex, chk.ModifyIndex = idx, idx
+		if old, ok := c.checks[chk.CheckID]; ok {
+			old.stop()
+			chk.Status, chk.Output, chk.CreateIndex = old.Status, old.Output, old.CreateIndex
+			chk.criticalSince = old.criticalSince
+		}
+		if chk.Status == consulapi.HealthCritical && chk.criticalSince.IsZero() {
+			chk.criticalSince = time.Now()
+		}
+		c.checks[chk.CheckID] = chk
+		c.startCheckLocked(chk)
+	}
+	if replaceChecks {
+		for cid, chk := range c.checks {
+			if chk.ServiceID == id && !keep[cid] {
+				chk.stop()
+				delete(c.checks, cid)
+			}
+		}
+	}
+	c.nameIndex[reg.Name] = idx
+	c.serviceIndex = idx
+	c.mu.Unlock()
+	c.changed.notify()
+	return nil
+}
+
+// checkFromDefinition validates one check as the agent does and gives it
+// the agent's default ID and name.
+func (c *Consul) checkFromDefinition(serviceID, serviceName string, d *consulapi.AgentServiceCheck, i, n int) (*consulCheck, error) {
+	chk := &consulCheck{CheckID: d.CheckID, Name: d.Name, ServiceID: serviceID, Notes: d.Notes,
+		Status: consulapi.HealthCritical, http: d.HTTP, method: d.Method, header: d.Header, tcp: d.TCP}
+	if chk.CheckID == "" {
+		chk.CheckID = "service:" + serviceID
+		if n > 1 {
+			chk.CheckID = fmt.Sprintf("service:%s:%d", serviceID, i+1)
+		}
+	}
+	if chk.Name == "" {
+		chk.Name = fmt.Sprintf("Service '%s' check", serviceName)
+	}
+	if d.Status != "" {
+		switch d.Status {
+		case consulapi.HealthPassing, consulapi.HealthWarning, consulapi.HealthCritical:
+			chk.Status = d.Status
+		default:
+			return nil, badRequest("Invalid check status: %q", d.Status)
+		}
+	}
+	var err error
+	if chk.Interval, err = parseConsulDuration(d.Interval); err != nil {
+		return nil, badRequest("Invalid check interval: %v", err)
+	}
+	if chk.Timeout, err = parseConsulDuration(d.Timeout); err != nil {
+		return nil, badRequest("Invalid check timeout: %v", err)
+	}
+	if chk.deregisterAfter, err = parseConsulDuration(d.DeregisterCriticalServiceAfter); err != nil {
+		return nil, badRequest("Invalid DeregisterCriticalServiceAfter: %v", err)
+	}
+	switch {
+	case d.HTTP != "":
+		chk.Type = "http"
+	case d.TCP != "":
+		chk.Type = "tcp"
+	case d.TTL != "":
+		chk.Type = "ttl"
+	case d.GRPC != "":
+		chk.Type = "grpc"
+	case len(d.Args) > 0:
+		chk.Type = "script"
+	case d.AliasService != "":
+		chk.Type = "alias"
+	default:
+		return nil, badRequest("Invalid check: TTL must be > 0 for TTL checks")
+	}
+	if (chk.Type == "http" || chk.Type == "tcp" || chk.Type == "script" || chk.Type == "grpc") && chk.Interval <= 0 {
+		return nil, badRequest("Interval must be > 0 for Script, HTTP, H2PING, or TCP checks")
+	}
+	if chk.Timeout <= 0 {
+		chk.Timeout = 10 * time.Second
+	}
+	return chk, nil
+}
+
+func (c *Consul) serviceDeregister(w http.ResponseWriter, r *http.Request) {
+	id := pathUnescape(r.PathValue("id"))
+	if !c.Deregister(id) {
+		writeText(w, writeHeaders, http.StatusNotFound, fmt.Sprintf("Unknown service ID %q. Ensure that the service ID is passed, not the service name.", id))
+		return
+	}
+	for k, v := range writeHeaders {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// Deregister removes a service instance and its checks; false when there
+// was none.
+func (c *Consul) Deregister(id string) bool {
+	c.mu.Lock()
+	ok := c.deregisterLocked(id)
+	c.mu.Unlock()
+	if ok {
+		c.changed.notify()
+	}
+	return ok
+}
+
+func (c *Consul) deregisterLocked(id string) bool {
+	s, ok := c.services[id]
+	if !ok {
+		return false
+	}
+	idx := c.nextIndex()
+	delete(c.services, id)
+	for cid, chk := range c.checks {
+		if chk.ServiceID == id {
+			chk.stop()
+			delete(c.checks, cid)
+		}
+	}
+	c.nameIndex[s.Name] = idx
+	c.serviceIndex = idx
+	return true
+}
+
+// startCheckLocked runs an HTTP or TCP check at its interval (or the
+// cluster's CheckInterval), first after a random stagger within it as
+// Consul does (call with c.mu held).
+func (c *Consul) startCheckLocked(chk *consulCheck) {
+	if (chk.Type != "http" && chk.Type != "tcp") || c.closed {
+		return
+	}
+	ctx, cancel := c.ctx()
+	chk.cancel = cancel
+	interval := chk.Interval
+	if c.opts.CheckInterval > 0 {
+		interval = c.opts.CheckInterval
+	}
+	timeout := min(chk.Timeout, max(interval, 500*time.Millisecond))
+	cid := chk.CheckID
+	kind, target, method, header := chk.Type, chk.http, chk.method, chk.header
+	if kind == "tcp" {
+		target = chk.tcp
+	}
+	c.waitGroupGo(func() {
+		defer cancel()
+		t := time.NewTimer(rand.N(interval) + time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var status, output string
+			if kind == "http" {
+				status, output = runHTTPCheck(ctx, target, method, header, timeout)
+			} else {
+				status, output = runTCPCheck(ctx, target, timeout)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			c.setCheckStatus(chk, cid, status, output)
+			t.Reset(interval)
+		}
+	})
+}
+
+// setCheckStatus records a check's result. A change of status is a write
+// (new index, blocking queries wake); a new output alone is not, as in
+// Consul, which syncs output-only changes lazily.
+func (c *Consul) setCheckStatus(chk *consulCheck, cid, status, output string) {
+	c.mu.Lock()
+	cur, ok := c.checks[cid]
+	if !ok || cur != chk {
+		c.mu.Unlock()
+		return
+	}
+	changed := cur.Status != status
+	cur.Output = output
+	if changed {
+		idx := c.nextIndex()
+		cur.Status, cur.ModifyIndex = status, idx
+		c.nameIndex[cur.ServiceName] = idx
+		c.serviceIndex = idx
+		if status == consulapi.HealthCritical {
+			cur.criticalSince = time.Now()
+		} else {
+			cur.criticalSince = time.Time{}
+		}
+	}
+	if status == consulapi.HealthCritical && cur.deregisterAfter > 0 && time.Since(cur.criticalSince) > cur.deregisterAfter {
+		c.log.Debug("deregistering a service critical for too long", "service", cur.ServiceID, "after", cur.deregisterAfter)
+		c.deregisterLocked(cur.ServiceID)
+		changed = true
+	}
+	c.mu.Unlock()
+	if changed {
+		c.changed.notify()
+	}
+}
+
+// checkClient runs HTTP checks: no keep-alive, so a check opens a fresh
+// connection each time as Consul's does (it disables keep-alives).
+var checkClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+
+// runHTTPCheck is Consul's HTTP check: 2xx passes, 429 warns, anything else
+// or no answer is critical; the output names the request and quotes the
+// body (up to 4 KiB).
+func runHTTPCheck(ctx context.Context, target, method string, header map[string][]string, timeout time.Duration) (string, string) {
+	if method == "" {
+		method = http.MethodGet
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	if err != nil {
+		return consulapi.HealthCritical, err.Error()
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "Consul Health Check")
+	}
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "text/plain, text/*, */*")
+	}
+	resp, err := checkClient.Do(req)
+	if err != nil {
+		return consulapi.HealthCritical, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	out := fmt.Sprintf("HTTP %s %s: %s Output: %s", method, target, resp.Status, strings.TrimSpace(string(body)))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode <= 299:
+		return consulapi.HealthPassing, out
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return consulapi.HealthWarning, out
+	}
+	return consulapi.HealthCritical, out
+}
+
+func runTCPCheck(ctx context.Context, addr string, timeout time.Duration) (string, string) {
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return consulapi.HealthCritical, err.Error()
+	}
+	conn.Close()
+	return consulapi.HealthPassing, fmt.Sprintf("TCP connect %s: Success", addr)
+}
+
+// ---- health ----
+
+type nodeWire struct {
+	ID              string
+	Node            string
+	Address         string
+	Datacenter      string
+	TaggedAddresses map[string]string
+	Meta            map[string]string
+	CreateIndex     uint64
+	ModifyIndex     uint64
+}
+
+func theNode() nodeWire {
+	return nodeWire{
+		ID: consulNodeID, Node: consulNodeName, Address: "127.0.0.1", Datacenter: consulDC,
+		TaggedAddresses: map[string]string{"lan": "127.0.0.1", "lan_ipv4": "127.0.0.1", "wan": "127.0.0.1", "wan_ipv4": "127.0.0.1"},
+		Meta:            map[string]string{"consul-network-segment": "", "consul-version": ConsulVersion},
+		CreateIndex:     11, ModifyIndex: 11,
+	}
+}
+
+type taggedAddr struct {
+	Address string
+	Port    int
+}
+
+type serviceWire struct {
+	ID                string
+	Service           string
+	Tags              []string
+	Address           string
+	TaggedAddresses   map[string]taggedAddr
+	Meta              map[string]string
+	Port              int
+	Weights           map[string]int
+	EnableTagOverride bool
+	Proxy             map[string]any
+	Connect           map[string]any
+	PeerName          string
+	CreateIndex       uint64
+	ModifyIndex       uint64
+}
+
+type checkWire struct {
+	Node        string
+	CheckID     string
+	Name        string
+	Status      string
+	Notes       string
+	Output      string
+	ServiceID   string
+	ServiceName string
+	ServiceTags []string
+	Type        string
+	Interval    string
+	Timeout     string
+	ExposedPort int
+	Definition  map[string]any
+	CreateIndex uint64
+	ModifyIndex uint64
+}
+
+type healthEntry struct {
+	Node    nodeWire
+	Service serviceWire
+	Checks  []checkWire
+}
+
+func serfCheck() checkWire {
+	return checkWire{Node: consulNodeName, CheckID: "serfHealth", Name: "Serf Health Status", Status: consulapi.HealthPassing,
+		Output: "Agent alive and reachable", ServiceTags: []string{}, Definition: map[string]any{}, CreateIndex: 11, ModifyIndex: 11}
+}
+
+func durString(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+func (c *Consul) healthService(w http.ResponseWriter, r *http.Request) {
+	name := pathUnescape(r.PathValue("name"))
+	q := r.URL.Query()
+	_, passingOnly := q["passing"]
+	if v := q.Get("passing"); v == "false" || v == "0" {
+		passingOnly = false
+	}
+	tags := q["tag"]
+	entries, idx := block(r, &c.changed, c.quit, func() ([]healthEntry, uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		out := []healthEntry{}
+		for _, s := range c.services {
+			if s.Name != name {
+				continue
+			}
+			if !containsAll(s.Tags, tags) {
+				continue
+			}
+			e := healthEntry{Node: theNode(), Service: s.wire(), Checks: []checkWire{serfCheck()}}
+			passing := true
+			var own []checkWire
+			for _, chk := range c.checks {
+				if chk.ServiceID != s.ID {
+					continue
+				}
+				own = append(own, checkWire{
+					Node: consulNodeName, CheckID: chk.CheckID, Name: chk.Name, Status: chk.Status, Notes: chk.Notes,
+					Output: chk.Output, ServiceID: s.ID, ServiceName: s.Name, ServiceTags: nonNil(s.Tags), Type: chk.Type,
+					Interval: durString(chk.Interval), Timeout: durString(chk.Timeout), Definition: map[string]any{},
+					CreateIndex: chk.CreateIndex, ModifyIndex: chk.ModifyIndex,
+				})
+				if chk.Status != consulapi.HealthPassing {
+					passing = false
+				}
+			}
+			sort.Slice(own, func(i, j int) bool { return own[i].CheckID < own[j].CheckID })
+			e.Checks = append(e.Checks, own...)
+			if passingOnly && !passing {
+				continue
+			}
+			out = append(out, e)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Service.ID < out[j].Service.ID })
+		idx, ok := c.nameIndex[name]
+		if !ok {
+			idx = c.serviceIndex
+		}
+		return out, idx
+	})
+	writeJSON(w, readHeaders(idx), entries)
+}
+
+func (s *consulService) wire() serviceWire {
+	addr := s.Address
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	return serviceWire{
+		ID: s.ID, Service: s.Name, Tags: nonNil(s.Tags), Address: s.Address,
+		TaggedAddresses: map[string]taggedAddr{"lan_ipv4": {addr, s.Port}, "wan_ipv4": {addr, s.Port}},
+		Meta:            s.Meta, Port: s.Port, Weights: map[string]int{"Passing": 1, "Warning": 1},
+		Proxy:   map[string]any{"Mode": "", "MeshGateway": map[string]any{}, "Expose": map[string]any{}},
+		Connect: map[string]any{}, CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex,
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return slices.Clone(s)
+}
+
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}

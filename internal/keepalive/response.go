@@ -1,0 +1,438 @@
+package keepalive
+
+import (
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// responseWriter is the http.ResponseWriter of a request on a taken-over
+// connection. It frames the response as net/http's server does (see
+// chunkWriter.writeHeader there): a Content-Length the handler set is kept;
+// otherwise a body the handler finished without flushing gets one, and a
+// flushed or large one is sent chunked; Content-Type is sniffed when
+// missing, Date added, trailers sent after a chunked body, and a response
+// that cannot be finished (short body, write error, client asked to
+// close, shutdown) closes the connection with "Connection: close".
+//
+// The head is written into the connection's buffer at the first body write
+// or flush (or at the end), so a small response leaves in one write with its
+// body. It is reused by every request on the connection.
+type responseWriter struct {
+	c   *conn
+	req *http.Request
+
+	status      int
+	wroteHeader bool // final status set
+	headSent    bool // head in the connection's buffer
+	chunked     bool
+	isHead      bool
+	closeAfter  bool
+	cl          int64 // declared Content-Length, -1: none
+	written     int64
+	pending     []byte // body written before the head was sent
+	// State of the header when WriteHeader was called, which is what
+	// net/http goes by: whether trailers were announced (by "Trailer" or
+	// a TrailerPrefix key), the announced names, and those of them not
+	// yet set then (their values come after the body, not in the head).
+	trailersDeclared bool
+	trailers         []string
+	lateTrailers     []string
+	err              error // writing to the client failed
+
+	scratch [32]byte
+}
+
+// pendingCap is how much body waits for the head before it is sent
+// chunked: net/http's bufferBeforeChunkingSize.
+const pendingCap = 2048
+
+func (w *responseWriter) reset(req *http.Request, closeAfter bool) {
+	clear(w.header())
+	w.req = req
+	w.status = 0
+	w.wroteHeader = false
+	w.headSent = false
+	w.chunked = false
+	w.isHead = req.Method == http.MethodHead
+	w.closeAfter = closeAfter || req.Close
+	w.cl = -1
+	w.written = 0
+	w.pending = w.pending[:0]
+	w.trailersDeclared = false
+	w.trailers = w.trailers[:0]
+	w.lateTrailers = w.lateTrailers[:0]
+	w.err = nil
+}
+
+// header is the connection's response header map, made once.
+func (w *responseWriter) header() http.Header {
+	if w.c.respHeader == nil {
+		w.c.respHeader = make(http.Header, 16)
+	}
+	return w.c.respHeader
+}
+
+func (w *responseWriter) Header() http.Header { return w.header() }
+
+func (w *responseWriter) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic("invalid WriteHeader code " + strconv.Itoa(code))
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		// Informational: sent at once with the current header, which
+		// stays for the final response (RFC 8297).
+		if w.wroteHeader {
+			return
+		}
+		w.writeStatusLine(code)
+		for k, vv := range w.header() {
+			if k == "Content-Length" || k == "Transfer-Encoding" || strings.HasPrefix(k, http.TrailerPrefix) {
+				continue
+			}
+			w.writeField(k, vv)
+		}
+		w.c.bw.WriteString("\r\n")
+		if err := w.c.bw.Flush(); err != nil && w.err == nil {
+			w.err = err
+		}
+		return
+	}
+	if w.wroteHeader {
+		return
+	}
+	w.wroteHeader = true
+	w.status = code
+	hd := w.header()
+	for k := range hd {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			w.trailersDeclared = true
+			break
+		}
+	}
+	for _, v := range hd["Trailer"] {
+		w.trailersDeclared = true
+		for tok := range strings.SplitSeq(v, ",") {
+			if tok = http.CanonicalHeaderKey(trimOWS(tok)); tok != "" && httpguts.ValidTrailerHeader(tok) {
+				w.trailers = append(w.trailers, tok)
+				if _, set := hd[tok]; !set {
+					w.lateTrailers = append(w.lateTrailers, tok)
+				}
+			}
+		}
+	}
+	if v := hd["Content-Length"]; len(v) > 0 {
+		n, err := strconv.ParseInt(v[0], 10, 64)
+		if err == nil && n >= 0 {
+			w.cl = n
+		} else {
+			delete(hd, "Content-Length")
+		}
+	}
+	// Nothing to wait for (no length to compute, no type to sniff): send
+	// the head now, into the buffer that the body or the end flushes.
+	if !bodyAllowedForStatus(code) || w.cl >= 0 && w.hasType() {
+		w.sendHead(nil, false)
+	}
+}
+
+func (w *responseWriter) hasType() bool {
+	hd := w.header()
+	_, ok := hd["Content-Type"]
+	return ok || len(hd["Content-Encoding"]) > 0 || len(hd["Transfer-Encoding"]) > 0
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if !bodyAllowedForStatus(w.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	w.written += int64(len(p))
+	if w.cl >= 0 && w.written > w.cl {
+		return 0, http.ErrContentLength
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if !w.headSent {
+		if len(w.pending)+len(p) <= pendingCap {
+			w.pending = append(w.pending, p...)
+			return len(p), nil
+		}
+		w.sendPending(p)
+	}
+	w.writeBody(p)
+	if w.err != nil {
+		return 0, w.err
+	}
+	return len(p), nil
+}
+
+// sendPending sends the head (sniffing from the pending body and next)
+// and the pending body.
+func (w *responseWriter) sendPending(next []byte) {
+	sniff := w.pending
+	if len(sniff) == 0 {
+		sniff = next
+	}
+	w.sendHead(sniff, false)
+	if len(w.pending) > 0 {
+		w.writeBody(w.pending)
+		w.pending = w.pending[:0]
+	}
+}
+
+func (w *responseWriter) writeBody(p []byte) {
+	if w.isHead || w.err != nil {
+		return
+	}
+	bw := w.c.bw
+	if w.chunked {
+		bw.Write(strconv.AppendInt(w.scratch[:0], int64(len(p)), 16))
+		bw.WriteString("\r\n")
+		bw.Write(p)
+		_, err := bw.WriteString("\r\n")
+		w.noteErr(err)
+		return
+	}
+	_, err := bw.Write(p)
+	w.noteErr(err)
+}
+
+func (w *responseWriter) noteErr(err error) {
+	if err != nil && w.err == nil {
+		w.err = err
+		w.closeAfter = true
+	}
+}
+
+// Flush sends what is buffered; streams flow through it.
+func (w *responseWriter) Flush() {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.headSent {
+		w.sendPending(nil)
+	}
+	w.noteErr(w.c.bw.Flush())
+}
+
+// SetWriteDeadline moves the connection's write deadline to t or a little
+// later (up to a second, or an eighth of the time left): the gateway sets
+// one per request, and moving it once a second instead of per request
+// spares a timer update each.
+func (w *responseWriter) SetWriteDeadline(t time.Time) error {
+	c := w.c
+	if t.IsZero() {
+		if c.wdl.IsZero() {
+			return nil
+		}
+	} else {
+		slack := min(time.Second, time.Until(t)/8)
+		if !c.wdl.Before(t) && !c.wdl.After(t.Add(slack)) {
+			return nil
+		}
+		t = t.Add(max(slack, 0))
+	}
+	c.wdl = t
+	return c.nc.SetWriteDeadline(t)
+}
+
+// SetReadDeadline: requests in the loop have no body to read.
+func (w *responseWriter) SetReadDeadline(time.Time) error { return nil }
+
+// finish ends the response after the handler returned.
+func (w *responseWriter) finish() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.headSent {
+		w.sendHead(w.pending, true)
+		if len(w.pending) > 0 {
+			w.writeBody(w.pending)
+		}
+	}
+	if w.chunked && w.err == nil {
+		bw := w.c.bw
+		bw.WriteString("0\r\n")
+		w.writeTrailers()
+		bw.WriteString("\r\n")
+	}
+	if w.cl >= 0 && w.written != w.cl && bodyAllowedForStatus(w.status) && !w.isHead {
+		// A short body: the client cannot tell where it ends.
+		w.closeAfter = true
+	}
+	w.noteErr(w.c.bw.Flush())
+	return w.err
+}
+
+func (w *responseWriter) writeTrailers() {
+	hd := w.header()
+	for k, vv := range hd {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			w.writeField(name, vv)
+		}
+	}
+	for _, k := range w.trailers {
+		if vv := hd[k]; len(vv) > 0 {
+			w.writeField(k, vv)
+		}
+	}
+}
+
+// sendHead writes the status line and header into the connection's
+// buffer. first is the start of the body (for sniffing and, when final, its
+// length); final means the handler has returned. The handler's header map
+// is not changed: what net/http would add or drop is decided here.
+func (w *responseWriter) sendHead(first []byte, final bool) {
+	w.headSent = true
+	hd := w.header()
+	code := w.status
+	bodyOK := bodyAllowedForStatus(code)
+
+	declared := w.trailersDeclared
+	te := ""
+	if v := hd["Transfer-Encoding"]; len(v) > 0 {
+		te = v[0]
+	}
+	var (
+		dropCL, dropTE, dropType, dropConn bool
+		addCL, addChunked, addClose        bool
+		sniffed                            string
+	)
+	if final && !declared && te == "" && bodyOK && w.cl < 0 && (!w.isHead || len(first) > 0) {
+		w.cl = int64(len(first))
+		addCL = true
+	}
+	if hasToken(hd["Connection"], "close") {
+		w.closeAfter = true
+	}
+	if bodyOK {
+		if !w.hasType() && len(first) > 0 {
+			sniffed = http.DetectContentType(first)
+		}
+	} else {
+		dropType = code == http.StatusNotModified
+		dropCL, dropTE = true, true
+		w.cl = -1
+	}
+	_, hasDate := hd["Date"]
+	if w.cl >= 0 && te != "" && te != "identity" {
+		dropCL, addCL = true, false
+		w.cl = -1
+	}
+	switch {
+	case w.isHead || !bodyOK, w.cl >= 0:
+		dropTE = true
+	case te == "identity":
+		w.closeAfter = true
+		dropTE = true
+	default:
+		w.chunked = true
+		dropTE, addChunked = true, true
+		dropCL = true
+	}
+	if w.closeAfter || w.c.s.closing.Load() {
+		w.closeAfter = true
+		dropConn, addClose = true, true
+	}
+
+	w.writeStatusLine(code)
+	bw := w.c.bw
+	for k, vv := range hd {
+		switch {
+		case k == "Content-Length" && dropCL, k == "Transfer-Encoding" && dropTE,
+			k == "Content-Type" && dropType, k == "Connection" && dropConn,
+			strings.HasPrefix(k, http.TrailerPrefix), len(w.lateTrailers) > 0 && slices.Contains(w.lateTrailers, k):
+		default:
+			w.writeField(k, vv)
+		}
+	}
+	if addCL {
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(w.scratch[:0], w.cl, 10))
+		bw.WriteString("\r\n")
+	}
+	if sniffed != "" {
+		bw.WriteString("Content-Type: ")
+		bw.WriteString(sniffed)
+		bw.WriteString("\r\n")
+	}
+	if !hasDate {
+		bw.WriteString("Date: ")
+		bw.Write(time.Now().UTC().AppendFormat(w.scratch[:0], http.TimeFormat))
+		bw.WriteString("\r\n")
+	}
+	if addChunked {
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+	}
+	if addClose {
+		bw.WriteString("Connection: close\r\n")
+	}
+	_, err := bw.WriteString("\r\n")
+	w.noteErr(err)
+}
+
+func (w *responseWriter) writeStatusLine(code int) {
+	bw := w.c.bw
+	bw.WriteString("HTTP/1.1 ")
+	bw.Write(strconv.AppendInt(w.scratch[:0], int64(code), 10))
+	bw.WriteByte(' ')
+	text := http.StatusText(code)
+	if text == "" {
+		text = "status code " + strconv.Itoa(code)
+	}
+	bw.WriteString(text)
+	bw.WriteString("\r\n")
+}
+
+// writeField writes one header field, as net/http's Header.Write does:
+// invalid names are skipped, line breaks in values become spaces.
+func (w *responseWriter) writeField(k string, vv []string) {
+	if !httpguts.ValidHeaderFieldName(k) {
+		return
+	}
+	bw := w.c.bw
+	for _, v := range vv {
+		if strings.ContainsAny(v, "\r\n") {
+			v = newlineToSpace.Replace(v)
+		}
+		bw.WriteString(k)
+		bw.WriteString(": ")
+		bw.WriteString(textproto.TrimString(v))
+		bw.WriteString("\r\n")
+	}
+}
+
+// newlineToSpace is net/http's headerNewlineToSpace.
+var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
+
+func bodyAllowedForStatus(status int) bool {
+	switch {
+	case status >= 100 && status <= 199, status == http.StatusNoContent, status == http.StatusNotModified:
+		return false
+	}
+	return true
+}
+
+// hasToken reports whether comma-separated header values list token.
+func hasToken(vv []string, token string) bool {
+	for _, v := range vv {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(trimOWS(tok), token) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,160 @@
+package keepalive
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// Every way a handler can answer comes out framed as net/http frames it:
+// status, headers, body, trailers, and whether the connection stays open.
+func TestResponsesAsNetHTTPFramesThem(t *testing.T) {
+	big := strings.Repeat("0123456789", 1000)
+	cases := []struct {
+		name    string
+		method  string
+		handler http.HandlerFunc
+	}{
+		{"small body, no length", "GET", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "hello\n")
+		}},
+		{"declared length", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.Header().Set("Content-Length", "6")
+			io.WriteString(w, "hello\n")
+		}},
+		{"declared length, sniffed type", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "21")
+			io.WriteString(w, "<html><b>x</b></html>")
+		}},
+		{"large body", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, big)
+		}},
+		{"many small writes past the buffer", "GET", func(w http.ResponseWriter, r *http.Request) {
+			for range 300 {
+				io.WriteString(w, "0123456789")
+			}
+		}},
+		{"flushed", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, "one ")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "two")
+		}},
+		{"flush before anything", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.(http.Flusher).Flush()
+		}},
+		{"declared trailers", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Trailer", "X-Sum, X-Count")
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, "body")
+			w.Header().Set("X-Sum", "abc")
+			w.Header().Set("X-Count", "1")
+		}},
+		{"prefixed trailers", "GET", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "body")
+			w.Header().Set(http.TrailerPrefix+"X-Late", "yes")
+		}},
+		{"trailers with a length", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Trailer", "X-T")
+			w.Header().Set("Content-Length", "4")
+			io.WriteString(w, "body")
+			w.Header().Set("X-T", "dropped")
+		}},
+		{"no content", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "5")
+			w.WriteHeader(http.StatusNoContent)
+			io.WriteString(w, "ignored")
+		}},
+		{"not modified", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.Header().Set("ETag", `"x"`)
+			w.WriteHeader(http.StatusNotModified)
+		}},
+		{"head with body written", "HEAD", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "not sent")
+		}},
+		{"head with declared length", "HEAD", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "1000")
+			w.Header().Set("Content-Type", "text/plain")
+		}},
+		{"head, nothing written", "HEAD", func(w http.ResponseWriter, r *http.Request) {}},
+		{"early hints", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, "final")
+		}},
+		{"handler asks to close", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "close")
+			io.WriteString(w, "bye")
+		}},
+		{"short body", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "10")
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, "short")
+		}},
+		{"suppressed type and date", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = nil
+			w.Header()["Date"] = nil
+			io.WriteString(w, "<html></html>")
+		}},
+		{"odd header values and names", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["X-Multi"] = []string{"a\r\nInjected: yes", " b "}
+			w.Header()["Bad Name"] = []string{"skipped"}
+			io.WriteString(w, "x")
+		}},
+		{"identity transfer encoding", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Transfer-Encoding", "identity")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "until close")
+		}},
+		{"status without text", "GET", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(599)
+		}},
+		{"error status", "GET", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "nope", http.StatusServiceUnavailable)
+		}},
+		{"empty", "GET", func(w http.ResponseWriter, r *http.Request) {}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			loop := startLoop(t, c.handler, nil)
+			ref := startNetHTTP(t, c.handler)
+			got, want := twoResponses(t, loop.addr, c.method), twoResponses(t, ref, c.method)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("through the loop:\n%s\nthrough net/http:\n%s", got, want)
+			}
+			if n := loop.handoffs.Load(); n != 0 {
+				t.Errorf("%d connections handed off", n)
+			}
+		})
+	}
+}
+
+// twoResponses sends two requests on one connection (the second only if
+// the first left it open) and describes what came back.
+func twoResponses(t *testing.T, addr, method string) string {
+	t.Helper()
+	rc := dial(t, addr)
+	var b strings.Builder
+	for i := range 2 {
+		rc.send(method + " /r HTTP/1.1\r\nHost: h\r\n\r\n")
+		r := rc.read(method)
+		if r.readFail != nil {
+			fmt.Fprintf(&b, "#%d: read failed\n", i)
+			return b.String()
+		}
+		fmt.Fprintf(&b, "#%d: %d header=%v body=%q bodyErr=%v trailer=%v close=%v chunked=%v length=%d date=%v\n",
+			i, r.status, r.header, r.body, r.bodyErr != nil, r.trailer, r.close, r.chunked, r.length, r.hasDate)
+		if r.close || r.bodyErr != nil {
+			fmt.Fprintf(&b, "closed=%v\n", rc.closed())
+			return b.String()
+		}
+	}
+	return b.String()
+}

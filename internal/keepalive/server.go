@@ -1,0 +1,473 @@
+// Package keepalive serves plain HTTP/1.1 requests on keep-alive
+// connections with far less work per request than net/http, for the two
+// proxies every request crosses (the gateway and the sidecar).
+//
+// # Why
+//
+// For every request net/http starts a goroutine that keeps a read pending on
+// the client's connection (so that it notices a client leaving), arms and
+// disarms it with three deadline changes, allocates the request, its header
+// map, context and response, and wakes threads to run all of that. For a
+// proxy whose own work is to pass a few hundred bytes on, that is most of the
+// cost: on two cores shared by client, gateway, sidecar and app, the
+// gateway cost as much CPU as sidecar and app together.
+//
+// # What
+//
+// Server.ServeConn serves a connection in one goroutine: the request head is
+// parsed from the read buffer into a request whose header map, URL and
+// value slices are reused from one request to the next (request.go); the
+// response is framed as net/http frames it, head and body leaving in one
+// write (response.go); deadlines move at most once a second; a departed
+// client is noticed on demand, by a peek at the socket, not by a read kept
+// pending (context.go).
+//
+// It takes only plain requests: HTTP/1.1, origin form, no body, no
+// upgrade, no expectation, nothing unusual (see parseRequest). At the first
+// request it does not take, the connection, with the bytes already read, is
+// handed off (Server.HandOff, typically to a ConnQueue that an http.Server
+// serves) and net/http serves it, and the rest of that connection, as it
+// always would, malformed requests and their 400s included.
+package keepalive
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Server serves keep-alive connections (ServeConn) and closes them on
+// Shutdown. Set its fields before the first ServeConn; they are not changed
+// after.
+type Server struct {
+	// Handler serves the requests the loop takes. It must not keep the
+	// request (or anything in it) after it returns: the request is the
+	// connection's and is reused.
+	Handler http.Handler
+	// HandOff takes a connection whose next request the loop does not
+	// take; reading it yields the bytes the loop read, then the rest. It
+	// must not block for long.
+	HandOff func(net.Conn)
+	// IdleTimeout bounds the wait for a request after the previous one
+	// (0: none); ReadHeaderTimeout the arrival of a head that came in
+	// pieces (0: none). As net/http's.
+	IdleTimeout, ReadHeaderTimeout time.Duration
+	// Log receives handler panics; nil discards them.
+	Log *slog.Logger
+
+	closing atomic.Bool
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	active  sync.WaitGroup
+}
+
+// Supported tells whether this platform has what a Server needs (a socket
+// peek); where it does not, callers leave connections to net/http.
+const Supported = peekSupported
+
+// Closing reports whether Shutdown was called.
+func (s *Server) Closing() bool { return s.closing.Load() }
+
+// Shutdown makes every connection close: idle ones at once, busy ones
+// after the response they are writing (which says Connection: close). It
+// does not wait; Wait does. Connections served afterwards answer one request
+// and close.
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	s.closing.Store(true)
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.interruptIfIdle()
+	}
+}
+
+// Conns is the number of connections being served.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Close closes every connection at once, cutting requests in flight.
+func (s *Server) Close() {
+	s.Shutdown()
+	s.mu.Lock()
+	for c := range s.conns {
+		_ = c.nc.Close()
+	}
+	s.mu.Unlock()
+}
+
+// Wait waits up to d for every connection to close and reports whether they
+// did.
+func (s *Server) Wait(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { s.active.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Eligible reports whether a request net/http has read is one the loop
+// would take, so a handler may hijack its connection and pass it to
+// ServeConn.
+func Eligible(r *http.Request) bool {
+	if !Supported || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close || r.TLS != nil ||
+		r.ContentLength != 0 || len(r.TransferEncoding) > 0 || r.Method == http.MethodConnect {
+		return false
+	}
+	h := r.Header
+	for _, k := range [...]string{"Upgrade", "Expect", "Trailer"} {
+		if _, ok := h[k]; ok {
+			return false
+		}
+	}
+	return r.Body == nil || r.Body == http.NoBody
+}
+
+// bufferSize is the size of a connection's read and write buffers, as
+// net/http's; a request head must fit in the read buffer.
+const bufferSize = 4 << 10
+
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufferSize) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, bufferSize) }}
+)
+
+// ServeConn serves nc until the client closes it, it idles out, a request
+// or the response asks to close it, Shutdown, or a request the loop does
+// not take (then HandOff gets it). br and bw are nc's buffers if the
+// caller has them (a hijacked connection), else nil; first is a request
+// already read from nc, to be served first (a hijacked connection), else
+// nil.
+func (s *Server) ServeConn(nc net.Conn, br *bufio.Reader, bw *bufio.Writer, first *http.Request) {
+	pooled := br == nil
+	if pooled {
+		br = readers.Get().(*bufio.Reader)
+		br.Reset(nc)
+		bw = writers.Get().(*bufio.Writer)
+		bw.Reset(nc)
+	}
+	c := &conn{s: s, nc: nc, br: br, bw: bw, remote: nc.RemoteAddr().String()}
+	if first != nil {
+		c.remote = first.RemoteAddr
+	}
+	// Without a socket to peek at (no such listener in practice) a
+	// departed client goes unnoticed until a write to it fails.
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
+	c.w.c = c
+
+	s.mu.Lock()
+	if s.conns == nil {
+		s.conns = map[*conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	s.active.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.active.Done()
+	}()
+
+	handedOff := c.serve(first)
+	if pooled && !handedOff {
+		br.Reset(nil)
+		readers.Put(br)
+		bw.Reset(nil)
+		writers.Put(bw)
+	}
+}
+
+// conn is one connection and the state its requests reuse.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	raw    syscall.RawConn // nil: cannot peek
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	remote string
+
+	req  *http.Request // reused: see parseRequest
+	url  url.URL
+	rctx *requestContext
+	vals []string // header values of the current request
+	w    responseWriter
+	// respHeader is the response header map every request reuses.
+	respHeader http.Header
+
+	// idle is true while the loop waits for a request (Shutdown may
+	// interrupt it then).
+	idle atomic.Bool
+
+	// deadlineMu guards the read deadline and rdl: the loop, the client
+	// watcher and Shutdown all move it.
+	deadlineMu sync.Mutex
+	rdl        time.Time // read deadline set last; zero: none or unknown
+	wdl        time.Time // write deadline set last (loop goroutine only)
+}
+
+// serve is the loop; it reports whether the connection was handed off.
+func (c *conn) serve(first *http.Request) (handedOff bool) {
+	if first != nil {
+		c.rctx = newRequestContext(first.Context(), c)
+		c.rctx.begin(time.Now())
+		c.req = first.WithContext(c.rctx)
+		if !c.serveRequest() {
+			c.close()
+			return false
+		}
+	} else {
+		c.rctx = newRequestContext(context.Background(), c)
+		c.req = (&http.Request{Header: make(http.Header, 8)}).WithContext(c.rctx)
+	}
+	for {
+		head, err := c.readHead()
+		if err != nil {
+			c.close()
+			return false
+		}
+		if head == nil || !c.parseRequest(head) {
+			c.handOff()
+			return true
+		}
+		c.br.Discard(len(head))
+		if !c.serveRequest() {
+			c.close()
+			return false
+		}
+	}
+}
+
+// handOff gives the connection, with what was read of it, to HandOff.
+func (c *conn) handOff() {
+	if c.s.HandOff == nil {
+		c.close()
+		return
+	}
+	c.idle.Store(false)
+	// The new owner sets its own deadlines.
+	c.deadlineMu.Lock()
+	_ = c.nc.SetDeadline(time.Time{})
+	c.rdl = time.Time{}
+	c.deadlineMu.Unlock()
+	c.wdl = time.Time{}
+	_ = c.bw.Flush()
+	var nc net.Conn = c.nc
+	if c.br.Buffered() > 0 {
+		// Copy what was read: the buffer goes back to its pool.
+		b, _ := c.br.Peek(c.br.Buffered())
+		nc = &prefixConn{Conn: c.nc, prefix: bytes.Clone(b)}
+	}
+	c.s.HandOff(nc)
+}
+
+// serveRequest runs the handler for c.req and finishes its response. It
+// reports whether the connection may serve another request.
+func (c *conn) serveRequest() (keep bool) {
+	c.w.reset(c.req, c.s.closing.Load())
+	defer c.rctx.end()
+	if !c.runHandler() {
+		return false
+	}
+	if err := c.w.finish(); err != nil {
+		return false
+	}
+	return !c.w.closeAfter && !c.s.closing.Load()
+}
+
+// runHandler calls the handler and reports false if it panicked (the
+// response is then cut: the connection must close). http.ErrAbortHandler
+// is the quiet way to do that, as with net/http.
+func (c *conn) runHandler() (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			ok = false
+			if p != http.ErrAbortHandler && c.s.Log != nil {
+				c.s.Log.Error("panic serving a request", "remote", c.remote, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			}
+		}
+	}()
+	c.s.Handler.ServeHTTP(&c.w, c.req)
+	return true
+}
+
+var errClosing = errors.New("server shutting down")
+
+// readHead waits for the next request's head and returns it, still in the
+// read buffer (nil: not for the loop: too big, or bare LF line ends).
+func (c *conn) readHead() ([]byte, error) {
+	if c.br.Buffered() == 0 {
+		c.idle.Store(true)
+		c.setIdleDeadline(time.Now())
+		if c.s.closing.Load() {
+			return nil, errClosing
+		}
+		_, err := c.br.Peek(1)
+		c.idle.Store(false)
+		if err != nil {
+			return nil, err
+		}
+	}
+	started := false
+	for {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		if i := bytes.Index(buf, crlfcrlf); i >= 0 {
+			return buf[:i+4], nil
+		}
+		if c.br.Buffered() >= c.br.Size() || bytes.Contains(buf, lflf) || bytes.Contains(buf, lfcrlf) {
+			return nil, nil
+		}
+		if !started {
+			// A head in pieces: it must be complete within
+			// ReadHeaderTimeout.
+			started = true
+			if c.s.ReadHeaderTimeout > 0 {
+				c.setReadDeadline(time.Now().Add(c.s.ReadHeaderTimeout))
+			}
+		}
+		if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+var (
+	crlfcrlf = []byte("\r\n\r\n")
+	lflf     = []byte("\n\n")
+	lfcrlf   = []byte("\n\r\n")
+)
+
+// setIdleDeadline makes the read deadline now+IdleTimeout plus up to
+// idleSlack: it is moved once per idleSlack at most, not per request.
+func (c *conn) setIdleDeadline(now time.Time) {
+	c.deadlineMu.Lock()
+	defer c.deadlineMu.Unlock()
+	if c.s.IdleTimeout <= 0 {
+		if !c.rdl.IsZero() {
+			_ = c.nc.SetReadDeadline(time.Time{})
+			c.rdl = time.Time{}
+		}
+		return
+	}
+	want := now.Add(c.s.IdleTimeout)
+	slack := min(time.Second, c.s.IdleTimeout/8)
+	if c.rdl.Before(want) || c.rdl.After(want.Add(slack)) {
+		c.rdl = want.Add(slack)
+		_ = c.nc.SetReadDeadline(c.rdl)
+	}
+}
+
+func (c *conn) setReadDeadline(t time.Time) {
+	c.deadlineMu.Lock()
+	c.rdl = t
+	_ = c.nc.SetReadDeadline(t)
+	c.deadlineMu.Unlock()
+}
+
+// interruptIfIdle wakes a loop that waits for a request (Shutdown); it
+// then sees closing and closes the connection.
+func (c *conn) interruptIfIdle() {
+	if c.idle.Load() {
+		c.deadlineMu.Lock()
+		_ = c.nc.SetReadDeadline(pastDeadline)
+		c.rdl = pastDeadline
+		c.deadlineMu.Unlock()
+	}
+}
+
+func (c *conn) close() {
+	_ = c.bw.Flush()
+	_ = c.nc.Close()
+}
+
+// pastDeadline makes a blocked read return at once.
+var pastDeadline = time.Unix(1, 0)
+
+// ConnQueue is a net.Listener whose connections are handed to it (Push),
+// for an http.Server that serves what a Server hands off.
+type ConnQueue struct {
+	ch     chan net.Conn
+	done   chan struct{}
+	closed sync.Once
+	addr   net.Addr
+}
+
+// NewConnQueue returns a queue that reports addr as its address.
+func NewConnQueue(addr net.Addr) *ConnQueue {
+	return &ConnQueue{ch: make(chan net.Conn), done: make(chan struct{}), addr: addr}
+}
+
+// Push hands c to Accept; once the queue is closed it closes c instead.
+func (q *ConnQueue) Push(c net.Conn) {
+	select {
+	case q.ch <- c:
+	case <-q.done:
+		c.Close()
+	}
+}
+
+// Accept returns the next pushed connection.
+func (q *ConnQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close makes Accept fail and Push close what it gets.
+func (q *ConnQueue) Close() error {
+	q.closed.Do(func() { close(q.done) })
+	return nil
+}
+
+// Addr is the address given to NewConnQueue.
+func (q *ConnQueue) Addr() net.Addr { return q.addr }
+
+// prefixConn replays bytes read before the hand-off.
+type prefixConn struct {
+	net.Conn
+	prefix []byte // guarded by the reader: net/http never reads concurrently
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.prefix) > 0 {
+		n := copy(b, p.prefix)
+		p.prefix = p.prefix[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// CloseWrite lets net/http half-close the connection as it does a TCP one.
+func (p *prefixConn) CloseWrite() error {
+	if cw, ok := p.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
+)
+
+// frontDoor serves the serving port. Plain HTTP/1.1 requests (no body, no
+// upgrade: what the app mostly gets) are read and answered by the keepalive
+// loop, which costs a fraction of net/http's per-request work (see package
+// keepalive); at the first request on a connection that the loop does not
+// take (h2c, websockets and other upgrades, request bodies, HTTP/1.0,
+// anything odd) the connection, with what was read of it, goes to net/http
+// (srv) for good. Both call the same Handler.
+//
+// Where the loop is not supported (no socket peek) net/http serves every
+// connection.
+type frontDoor struct {
+	ln     net.Listener
+	srv    *http.Server
+	loop   *keepalive.Server // nil: net/http serves all
+	queue  *keepalive.ConnQueue
+	closed atomic.Bool
+}
+
+func newFrontDoor(ln net.Listener, srv *http.Server, log *slog.Logger) *frontDoor {
+	f := &frontDoor{ln: ln, srv: srv}
+	if keepalive.Supported {
+		f.queue = keepalive.NewConnQueue(ln.Addr())
+		f.loop = &keepalive.Server{
+			Handler:           srv.Handler,
+			HandOff:           f.queue.Push,
+			IdleTimeout:       srv.IdleTimeout,
+			ReadHeaderTimeout: srv.ReadHeaderTimeout,
+			Log:               log,
+		}
+	}
+	return f
+}
+
+// serve accepts connections until the listener fails or shutdown/close;
+// then it returns http.ErrServerClosed, as http.Server.Serve does.
+func (f *frontDoor) serve() error {
+	if f.loop == nil {
+		return f.srv.Serve(f.ln)
+	}
+	go func() { _ = f.srv.Serve(f.queue) }()
+	var delay time.Duration
+	for {
+		nc, err := f.ln.Accept()
+		if err != nil {
+			if f.closed.Load() {
+				return http.ErrServerClosed
+			}
+			// Out of file descriptors and the like: wait and retry, as
+			// net/http does.
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		go f.loop.ServeConn(nc, nil, nil, nil)
+	}
+}
+
+// shutdown stops accepting, closes idle connections and waits, until ctx
+// ends, for the others to finish their request and close (both servers).
+func (f *frontDoor) shutdown(ctx context.Context) error {
+	f.closed.Store(true)
+	_ = f.ln.Close()
+	if f.loop == nil {
+		return f.srv.Shutdown(ctx)
+	}
+	f.loop.Shutdown()
+	_ = f.queue.Close()
+	err := f.srv.Shutdown(ctx)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Hour)
+	}
+	if !f.loop.Wait(time.Until(deadline)) && err == nil {
+		err = context.DeadlineExceeded
+	}
+	return err
+}
+
+// close cuts every connection.
+func (f *frontDoor) close() {
+	f.closed.Store(true)
+	_ = f.ln.Close()
+	_ = f.srv.Close()
+	if f.loop != nil {
+		_ = f.queue.Close()
+		f.loop.Close()
+	}
+}
