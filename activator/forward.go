@@ -8,12 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/textproto"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/h1"
 )
 
 // forwardH1 proxies a plain HTTP/1.x request without a body (the common
@@ -35,10 +36,10 @@ import (
 // arrives; an instance failure after the response started aborts the
 // client connection instead of ending the response cleanly. A dial refused
 // is retried on another instance; a reused connection the instance closed
-// before answering is retried once on a new one for idempotent methods, as
-// http.Transport does.
+// before answering is retried once on a new one for the methods
+// http.Transport replays (h1.Replayable).
 func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, deadline time.Time) {
-	retryable := isIdempotent(r.Method)
+	retryable := h1.Replayable(r.Method)
 	fresh := false
 	for {
 		uc, reused, err := f.b.conn(deadline, fresh)
@@ -64,7 +65,7 @@ func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, 
 		}
 		// A kept-alive connection the instance closed just as we reused it
 		// (no byte came back): like http.Transport, send again on a new
-		// connection if the request is idempotent, or if the close was
+		// connection if the request is replayable, or if the close was
 		// clean (EOF), which means the instance never read it.
 		if !res.gotResponse && reused && !fresh && (retryable || errors.Is(err, io.EOF)) && r.Context().Err() == nil {
 			fresh = true
@@ -274,7 +275,7 @@ func (uc *upConn) readHead(dst http.Header, head bool, vals []string) (respHead,
 		if !ok || k == "" || strings.ContainsAny(k, " \t") {
 			return h, errBadResponse
 		}
-		k = canonicalKey(k)
+		k = h1.CanonicalKey(k)
 		v = strings.TrimSpace(v)
 		switch k {
 		case "Content-Length":
@@ -291,7 +292,7 @@ func (uc *upConn) readHead(dst http.Header, head bool, vals []string) (respHead,
 			te = v
 			continue
 		}
-		if k != "Trailer" && isHopByHop(k) {
+		if k != "Trailer" && h1.HopByHop(k) {
 			continue
 		}
 		if old, ok := dst[k]; ok {
@@ -350,8 +351,8 @@ func (uc *upConn) readTrailers(dst http.Header) error {
 		if !ok {
 			return errBadResponse
 		}
-		k = canonicalKey(k)
-		if !isHopByHop(k) {
+		k = h1.CanonicalKey(k)
+		if !h1.HopByHop(k) {
 			dst[http.TrailerPrefix+k] = append(dst[http.TrailerPrefix+k], strings.TrimSpace(v))
 		}
 	}
@@ -362,20 +363,6 @@ func lastToken(s string) string {
 		return s[i+1:]
 	}
 	return s
-}
-
-// canonicalKey is textproto's canonical form; a key already in it (the
-// usual case) is returned as is, without allocating.
-func canonicalKey(k string) string {
-	upper := true
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			return textproto.CanonicalMIMEHeaderKey(k)
-		}
-		upper = c == '-'
-	}
-	return k
 }
 
 // copyBody relays a response body; with flush, every chunk goes to the
@@ -423,37 +410,6 @@ func fastPathOK(r *http.Request) bool {
 	return r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0
 }
 
-func isIdempotent(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodDelete, http.MethodPut:
-		return true
-	}
-	return false
-}
-
-// isHopByHop names the headers that concern one connection only (RFC 9110
-// 7.6.1), in canonical form.
-func isHopByHop(k string) bool {
-	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return false
-}
-
-// namedIn reports whether header k is listed in Connection header values.
-func namedIn(conn []string, k string) bool {
-	for _, v := range conn {
-		for tok := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), k) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // writeRequestHead writes the request line and headers for the instance.
 func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
 	uri := r.RequestURI
@@ -469,7 +425,7 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
 	h := r.Header
 	connTokens := h["Connection"]
 	for k, vv := range h {
-		if isHopByHop(k) || k == revisionHeaderKey || k == headerXFF || (connTokens != nil && namedIn(connTokens, k)) {
+		if h1.HopByHop(k) || k == revisionHeaderKey || k == headerXFF || (connTokens != nil && h1.HasToken(connTokens, k)) {
 			continue
 		}
 		for _, v := range vv {

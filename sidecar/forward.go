@@ -9,6 +9,8 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/h1"
 )
 
 // forwardH1 proxies an HTTP/1.x request (no protocol upgrade) to the app
@@ -38,7 +40,7 @@ import (
 // http.Transport does.
 func (h *Handler) forwardH1(x *exchange, r *http.Request) {
 	hasBody := r.ContentLength != 0
-	retryable := !hasBody && isIdempotent(r.Method)
+	retryable := !hasBody && h1.Replayable(r.Method)
 	for attempt := 0; ; attempt++ {
 		ac, reused, err := h.app.get()
 		if err != nil {
@@ -94,14 +96,6 @@ type h1Result struct {
 	headerSent  bool // the response head went to the client
 	keep        bool // the connection can serve another request
 	bodyRunning bool // the request body copy may still use the connection
-}
-
-func isIdempotent(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	return false
 }
 
 // exchangeH1 writes r to ac and relays the response to x.
@@ -205,15 +199,14 @@ func (res *h1Result) bodyError(bodyDone chan error, err error) error {
 	return err
 }
 
-// hopByHop reports whether a request header must not be passed on.
-func hopByHop(k string) bool {
+// notPassedOn reports whether a request header must not reach the app: the
+// hop-by-hop ones, and the framing and routing the sidecar redoes itself.
+func notPassedOn(k string) bool {
 	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		// Framing and routing the sidecar redoes itself.
-		"Host", "Content-Length", "Expect", "X-Forwarded-For":
+	case "Host", "Content-Length", "Expect", "X-Forwarded-For":
 		return true
 	}
-	return false
+	return h1.HopByHop(k)
 }
 
 // writeRequestHead writes the request line and headers. Header names and
@@ -237,7 +230,7 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, appAddr string, chunked
 	bw.WriteString("\r\n")
 	conn := r.Header["Connection"]
 	for k, vv := range r.Header {
-		if hopByHop(k) || len(conn) > 0 && listedInConnection(conn, k) {
+		if notPassedOn(k) || len(conn) > 0 && h1.HasToken(conn, k) {
 			continue
 		}
 		for _, v := range vv {
@@ -247,7 +240,7 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, appAddr string, chunked
 			bw.WriteString("\r\n")
 		}
 	}
-	if te := r.Header["Te"]; len(te) > 0 && hasToken(te, "trailers") {
+	if te := r.Header["Te"]; len(te) > 0 && h1.HasToken(te, "trailers") {
 		bw.WriteString("Te: trailers\r\n")
 	}
 	bw.WriteString("X-Forwarded-For: ")
@@ -255,7 +248,7 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, appAddr string, chunked
 		bw.WriteString(v)
 		bw.WriteString(", ")
 	}
-	bw.WriteString(clientIP(r.RemoteAddr))
+	bw.WriteString(h1.ClientIP(r.RemoteAddr))
 	bw.WriteString("\r\n")
 	switch {
 	case chunked:
@@ -282,32 +275,6 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, appAddr string, chunked
 	}
 	bw.WriteString("\r\n")
 }
-
-// clientIP is the host part of a RemoteAddr, without allocating.
-func clientIP(remote string) string {
-	i := strings.LastIndexByte(remote, ':')
-	if i < 0 {
-		return remote
-	}
-	host := remote[:i]
-	if len(host) > 1 && host[0] == '[' && host[len(host)-1] == ']' {
-		host = host[1 : len(host)-1]
-	}
-	return host
-}
-
-func listedInConnection(conn []string, name string) bool {
-	for _, v := range conn {
-		for tok := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), name) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func hasToken(vv []string, token string) bool { return listedInConnection(vv, token) }
 
 // copyRequestBody streams r's body to the app, chunk-encoding it when its
 // length is unknown, flushing after every read so the app sees bytes as

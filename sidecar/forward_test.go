@@ -307,19 +307,6 @@ func TestForwardClientGoneAbortsApp(t *testing.T) {
 	}
 }
 
-func TestClientIP(t *testing.T) {
-	for in, want := range map[string]string{
-		"127.0.0.1:5000":  "127.0.0.1",
-		"[::1]:80":        "::1",
-		"[fe80::1%1]:443": "fe80::1%1",
-		"pipe":            "pipe",
-	} {
-		if got := clientIP(in); got != want {
-			t.Errorf("clientIP(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestParseChunkSize(t *testing.T) {
 	for in, want := range map[string]int64{"0\r\n": 0, "1a\r\n": 26, "FF;x=y\r\n": 255, "10 \r\n": 16} {
 		if got, ok := parseChunkSize([]byte(in)); !ok || got != want {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
@@ -11,25 +10,17 @@ import (
 )
 
 func runDelete(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: nomad-serverless delete [options] <service>")
-		fmt.Fprintln(e.stderr, "\nRemoves a service: its route (Consul config entries and KV record) first, so")
-		fmt.Fprintln(e.stderr, "nothing routes to it, then every revision job (purged from Nomad).")
-		fmt.Fprintln(e.stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "delete", `Usage: nomad-serverless delete [options] <service>
+
+Removes a service: its route (Consul config entries and KV record) first, so
+nothing routes to it, then every revision job (purged from Nomad).
+
+`)
 	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
-	rest, err := parseFlagsAnywhere(fs, args)
-	if err != nil {
+	service, ok := serviceArg(fs, args)
+	if !ok {
 		return exitUsage
 	}
-	if len(rest) != 1 {
-		fs.Usage()
-		return exitUsage
-	}
-	service := rest[0]
 	nomad, err := newNomad()
 	if err != nil {
 		return errorLine(e, "delete", err)

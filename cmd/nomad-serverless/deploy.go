@@ -56,16 +56,13 @@ type deployer struct {
 }
 
 func runDeploy(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("deploy", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: nomad-serverless deploy [options] file.hcl [more.hcl]")
-		fmt.Fprintln(e.stderr, "\nMakes a revision of every service in the files (only when its template changed),")
-		fmt.Fprintln(e.stderr, "waits until it is ready, then routes its traffic. Nothing is submitted if any")
-		fmt.Fprintln(e.stderr, "service is invalid.")
-		fmt.Fprintln(e.stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "deploy", `Usage: nomad-serverless deploy [options] file.hcl [more.hcl]
+
+Makes a revision of every service in the files (only when its template changed),
+waits until it is ready, then routes its traffic. Nothing is submitted if any
+service is invalid.
+
+`)
 	vars := addVarFlags(fs)
 	sidecar := addSidecarFlags(fs, e.getenv)
 	detach := fs.Bool("detach", false, "submit and route without waiting for the revision to be ready")

@@ -71,3 +71,30 @@ func parseFlagsAnywhere(fs *flag.FlagSet, args []string) ([]string, error) {
 		args = rest[1:]
 	}
 }
+
+// newFlagSet is a command's flag set: errors and help on stderr, help being
+// usage (the synopsis and what the command does) then the flags.
+func newFlagSet(e *env, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprint(e.stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// serviceArg parses the flags of a command that takes one service name,
+// flags before or after it. ok is false when the arguments are wrong, after
+// the flag package or the usage said so on stderr.
+func serviceArg(fs *flag.FlagSet, args []string) (service string, ok bool) {
+	rest, err := parseFlagsAnywhere(fs, args)
+	if err != nil {
+		return "", false
+	}
+	if len(rest) != 1 {
+		fs.Usage()
+		return "", false
+	}
+	return rest[0], true
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"sort"
 	"strings"
@@ -22,14 +21,11 @@ type listRow struct {
 }
 
 func runList(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: nomad-serverless list [-json]")
-		fmt.Fprintln(e.stderr, "\nLists every service: URL, latest revision, traffic and instances.")
-		fmt.Fprintln(e.stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "list", `Usage: nomad-serverless list [-json]
+
+Lists every service: URL, latest revision, traffic and instances.
+
+`)
 	asJSON := fs.Bool("json", false, "print JSON")
 	rest, err := parseFlagsAnywhere(fs, args)
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -23,16 +22,13 @@ type renderedService struct {
 }
 
 func runRender(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("render", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: nomad-serverless render [options] file.hcl [more.hcl]")
-		fmt.Fprintln(e.stderr, "\nPrints, without touching the cluster, the Nomad job of each service's next revision")
-		fmt.Fprintln(e.stderr, "and the Consul route (config entries) deploy would write. Revisions are numbered")
-		fmt.Fprintln(e.stderr, "from -generation, since only the cluster knows the next one.")
-		fmt.Fprintln(e.stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "render", `Usage: nomad-serverless render [options] file.hcl [more.hcl]
+
+Prints, without touching the cluster, the Nomad job of each service's next revision
+and the Consul route (config entries) deploy would write. Revisions are numbered
+from -generation, since only the cluster knows the next one.
+
+`)
 	vars := addVarFlags(fs)
 	sidecar := addSidecarFlags(fs, e.getenv)
 	format := fs.String("format", "json", "json (jobs and config entries) or hcl (Nomad jobspecs a human can read)")

@@ -2,35 +2,27 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 )
 
 func runRevisions(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("revisions", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: nomad-serverless revisions [options] <service>")
-		fmt.Fprintln(e.stderr, "\nLists a service's revisions, newest first: instances, traffic, and whether")
-		fmt.Fprintln(e.stderr, "garbage collection keeps each one and why.")
-		fmt.Fprintln(e.stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "revisions", `Usage: nomad-serverless revisions [options] <service>
+
+Lists a service's revisions, newest first: instances, traffic, and whether
+garbage collection keeps each one and why.
+
+`)
 	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
 	asJSON := fs.Bool("json", false, "print JSON")
-	rest, err := parseFlagsAnywhere(fs, args)
-	if err != nil {
-		return exitUsage
-	}
-	if len(rest) != 1 {
-		fs.Usage()
+	service, ok := serviceArg(fs, args)
+	if !ok {
 		return exitUsage
 	}
 	in, err := newInspector()
 	if err != nil {
 		return errorLine(e, "revisions", err)
 	}
-	v, err := in.view(ctx, *namespace, rest[0], nil, false)
+	v, err := in.view(ctx, *namespace, service, nil, false)
 	if err != nil {
 		return errorLine(e, "revisions", err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -35,17 +34,14 @@ type serveOptions struct {
 }
 
 func runServe(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: nomad-serverless serve [options]")
-		fmt.Fprintln(e.stderr, "\nRuns the control plane: the gateway and activator on -listen, the admin API")
-		fmt.Fprintln(e.stderr, "(/healthz, /metrics, autoscaler state) on -admin-listen, and, on the replica that")
-		fmt.Fprintln(e.stderr, "holds the Consul lock, the autoscaler. Reads NOMAD_ADDR, CONSUL_HTTP_ADDR and tokens")
-		fmt.Fprintln(e.stderr, "from the environment. Run several replicas behind a load balancer for high availability.")
-		fmt.Fprintln(e.stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "serve", `Usage: nomad-serverless serve [options]
+
+Runs the control plane: the gateway and activator on -listen, the admin API
+(/healthz, /metrics, autoscaler state) on -admin-listen, and, on the replica that
+holds the Consul lock, the autoscaler. Reads NOMAD_ADDR, CONSUL_HTTP_ADDR and tokens
+from the environment. Run several replicas behind a load balancer for high availability.
+
+`)
 	host, _ := os.Hostname()
 	var o serveOptions
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "`address` of the gateway (user traffic)")

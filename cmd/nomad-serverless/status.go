@@ -2,38 +2,30 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"slices"
 	"strings"
 )
 
 func runStatus(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: nomad-serverless status [options] <service>")
-		fmt.Fprintln(e.stderr, "\nShows a service's URLs, route, and per revision the desired, running and ready")
-		fmt.Fprintln(e.stderr, "instances with the autoscaler's view (stable and panic values, last reason).")
-		fmt.Fprintln(e.stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "status", `Usage: nomad-serverless status [options] <service>
+
+Shows a service's URLs, route, and per revision the desired, running and ready
+instances with the autoscaler's view (stable and panic values, last reason).
+
+`)
 	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
 	asJSON := fs.Bool("json", false, "print JSON")
-	rest, err := parseFlagsAnywhere(fs, args)
-	if err != nil {
-		return exitUsage
-	}
-	if len(rest) != 1 {
-		fs.Usage()
+	service, ok := serviceArg(fs, args)
+	if !ok {
 		return exitUsage
 	}
 	in, err := newInspector()
 	if err != nil {
 		return errorLine(e, "status", err)
 	}
-	states := in.autoscalerStates(ctx, rest[0])
-	v, err := in.view(ctx, *namespace, rest[0], states, true)
+	states := in.autoscalerStates(ctx, service)
+	v, err := in.view(ctx, *namespace, service, states, true)
 	if err != nil {
 		return errorLine(e, "status", err)
 	}

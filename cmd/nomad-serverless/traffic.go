@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"slices"
 	"strconv"
@@ -81,19 +80,16 @@ func (c trafficChange) apply(current []spec.TrafficTarget) []spec.TrafficTarget 
 }
 
 func runTraffic(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("traffic", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: nomad-serverless traffic [options] <service>")
-		fmt.Fprintln(e.stderr, "\nChanges how a service's traffic splits over its revisions, in place:")
-		fmt.Fprintln(e.stderr, "  nomad-serverless traffic hello -to hello-00003=10 -to hello-00002=90   # canary")
-		fmt.Fprintln(e.stderr, "  nomad-serverless traffic hello -to latest=100 -tag hello-00002=old")
-		fmt.Fprintln(e.stderr, "-to replaces every split (percentages add to 100); -tag and -untag change one tag")
-		fmt.Fprintln(e.stderr, "each and keep the others. The next deploy of the service's file sets traffic")
-		fmt.Fprintln(e.stderr, "back to what the file says.")
-		fmt.Fprintln(e.stderr)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "traffic", `Usage: nomad-serverless traffic [options] <service>
+
+Changes how a service's traffic splits over its revisions, in place:
+  nomad-serverless traffic hello -to hello-00003=10 -to hello-00002=90   # canary
+  nomad-serverless traffic hello -to latest=100 -tag hello-00002=old
+-to replaces every split (percentages add to 100); -tag and -untag change one tag
+each and keep the others. The next deploy of the service's file sets traffic
+back to what the file says.
+
+`)
 	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
 	asJSON := fs.Bool("json", false, "print the new route as JSON")
 	var change trafficChange

@@ -2,11 +2,11 @@ package keepalive
 
 import (
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/internal/h1"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -58,11 +58,11 @@ func (c *conn) parseRequest(head []byte) bool {
 		if !httpguts.ValidHeaderFieldName(k) {
 			return false // also refuses folded lines and spaces before the colon
 		}
-		v := trimOWS(l[colon+1:])
+		v := h1.TrimOWS(l[colon+1:])
 		if !httpguts.ValidHeaderFieldValue(v) {
 			return false
 		}
-		k = canonicalKey(k)
+		k = h1.CanonicalKey(k)
 		switch k {
 		case "Host":
 			hosts++
@@ -76,7 +76,7 @@ func (c *conn) parseRequest(head []byte) bool {
 			return false
 		case "Connection":
 			for tok := range strings.SplitSeq(v, ",") {
-				tok = trimOWS(tok)
+				tok = h1.TrimOWS(tok)
 				switch {
 				case strings.EqualFold(tok, "close"):
 					closeConn = true
@@ -184,29 +184,4 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
-}
-
-// trimOWS trims spaces and tabs, as net/textproto does to header values.
-func trimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-// canonicalKey is textproto's canonical form; a key already in it (the
-// usual case) is returned as is, without allocating.
-func canonicalKey(k string) string {
-	upper := true
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			return textproto.CanonicalMIMEHeaderKey(k)
-		}
-		upper = c == '-'
-	}
-	return k
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/internal/h1"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -118,7 +119,7 @@ func (w *responseWriter) WriteHeader(code int) {
 	for _, v := range hd["Trailer"] {
 		w.trailersDeclared = true
 		for tok := range strings.SplitSeq(v, ",") {
-			if tok = http.CanonicalHeaderKey(trimOWS(tok)); tok != "" && httpguts.ValidTrailerHeader(tok) {
+			if tok = http.CanonicalHeaderKey(h1.TrimOWS(tok)); tok != "" && httpguts.ValidTrailerHeader(tok) {
 				w.trailers = append(w.trailers, tok)
 				if _, set := hd[tok]; !set {
 					w.lateTrailers = append(w.lateTrailers, tok)
@@ -314,7 +315,7 @@ func (w *responseWriter) sendHead(first []byte, final bool) {
 		w.cl = int64(len(first))
 		addCL = true
 	}
-	if hasToken(hd["Connection"], "close") {
+	if h1.HasToken(hd["Connection"], "close") {
 		w.closeAfter = true
 	}
 	if bodyOK {
@@ -423,16 +424,4 @@ func bodyAllowedForStatus(status int) bool {
 		return false
 	}
 	return true
-}
-
-// hasToken reports whether comma-separated header values list token.
-func hasToken(vv []string, token string) bool {
-	for _, v := range vv {
-		for tok := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(trimOWS(tok), token) {
-				return true
-			}
-		}
-	}
-	return false
 }

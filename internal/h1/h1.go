@@ -1,0 +1,88 @@
+// Package h1 holds the few HTTP/1.1 header rules that every hand-written
+// HTTP/1 path here (the gateway's forwarder, the sidecar's forwarder and
+// the keep-alive server both serve through) must apply the same way. They
+// are net/http's rules, written again only because net/http does not
+// export them, and written so that the common case does not allocate.
+package h1
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// HopByHop reports whether header k (in canonical form) concerns one
+// connection only (RFC 9110 7.6.1) and so must not be passed on by a proxy.
+func HopByHop(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// HasToken reports whether comma-separated header values vv list token,
+// compared case-insensitively (Connection: keep-alive, Upgrade, close).
+func HasToken(vv []string, token string) bool {
+	for _, v := range vv {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(TrimOWS(tok), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TrimOWS trims spaces and tabs, as net/textproto does to header values.
+func TrimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// CanonicalKey is textproto's canonical form of a header name; a name
+// already in it (the usual case) is returned as is, without allocating.
+func CanonicalKey(k string) string {
+	upper := true
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return textproto.CanonicalMIMEHeaderKey(k)
+		}
+		upper = c == '-'
+	}
+	return k
+}
+
+// Replayable reports whether a request without a body may be sent again on
+// a new connection when a reused one was closed before any response: the
+// methods http.Transport replays (GET, HEAD, OPTIONS, TRACE). PUT and
+// DELETE are idempotent by the RFC, but Transport does not replay them and
+// neither do we: an app may not honour that.
+func Replayable(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// ClientIP is the host part of a RemoteAddr ("1.2.3.4:5", "[::1]:5"),
+// without allocating.
+func ClientIP(remote string) string {
+	i := strings.LastIndexByte(remote, ':')
+	if i < 0 {
+		return remote
+	}
+	host := remote[:i]
+	if len(host) > 1 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	return host
+}

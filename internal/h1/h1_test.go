@@ -1,0 +1,90 @@
+package h1
+
+import (
+	"net/http"
+	"net/textproto"
+	"testing"
+)
+
+func TestHopByHop(t *testing.T) {
+	for _, k := range []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
+		if !HopByHop(k) {
+			t.Errorf("HopByHop(%q) = false, want true", k)
+		}
+	}
+	for _, k := range []string{"Content-Type", "Host", "X-Forwarded-For", "Traceparent", "connection"} {
+		if HopByHop(k) {
+			t.Errorf("HopByHop(%q) = true, want false (end-to-end, or not canonical)", k)
+		}
+	}
+}
+
+func TestHasToken(t *testing.T) {
+	tests := []struct {
+		vv    []string
+		token string
+		want  bool
+	}{
+		{[]string{"close"}, "close", true},
+		{[]string{"Keep-Alive, Upgrade"}, "upgrade", true},
+		{[]string{"keep-alive", " \tUpgrade\t "}, "Upgrade", true},
+		{[]string{"closed"}, "close", false},
+		{[]string{"x-close, foo"}, "close", false},
+		{nil, "close", false},
+		{[]string{""}, "close", false},
+	}
+	for _, tt := range tests {
+		if got := HasToken(tt.vv, tt.token); got != tt.want {
+			t.Errorf("HasToken(%q, %q) = %v, want %v", tt.vv, tt.token, got, tt.want)
+		}
+	}
+}
+
+func TestCanonicalKeyMatchesTextproto(t *testing.T) {
+	for _, k := range []string{"Content-Type", "content-type", "X-FORWARDED-FOR", "Te", "te", "X-Serverless-Revision", "a-b-c", "Www-Authenticate", "-x", ""} {
+		if got, want := CanonicalKey(k), textproto.CanonicalMIMEHeaderKey(k); got != want {
+			t.Errorf("CanonicalKey(%q) = %q, textproto says %q", k, got, want)
+		}
+	}
+}
+
+func TestCanonicalKeyDoesNotAllocateWhenCanonical(t *testing.T) {
+	k := "X-Forwarded-For"
+	if n := testing.AllocsPerRun(100, func() { _ = CanonicalKey(k) }); n != 0 {
+		t.Errorf("CanonicalKey of a canonical name allocates %v times", n)
+	}
+}
+
+func TestReplayable(t *testing.T) {
+	for m, want := range map[string]bool{
+		http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true, http.MethodTrace: true,
+		http.MethodPost: false, http.MethodPut: false, http.MethodDelete: false, http.MethodPatch: false, "": false,
+	} {
+		if got := Replayable(m); got != want {
+			t.Errorf("Replayable(%q) = %v, want %v", m, got, want)
+		}
+	}
+}
+
+func TestClientIP(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:5555": "127.0.0.1",
+		"[::1]:80":       "::1",
+		"[fe80::1%lo]:1": "fe80::1%lo",
+		"unix":           "unix",
+		"":               "",
+	} {
+		if got := ClientIP(in); got != want {
+			t.Errorf("ClientIP(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestTrimOWS(t *testing.T) {
+	for in, want := range map[string]string{" a ": "a", "\ta b\t": "a b", "": "", "  ": "", "x": "x"} {
+		if got := TrimOWS(in); got != want {
+			t.Errorf("TrimOWS(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
