@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/nomad-serverless
 PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
-.PHONY: build test e2e bench bench-sidecar bench-gateway lint demo fuzz clean
+.PHONY: build test e2e e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz clean
 
 # CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
 # also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
@@ -21,6 +21,13 @@ test:
 # they are missing, so a skip is never mistaken for a pass.
 e2e: build
 	$(GO) test -count=1 -v -timeout 30m ./e2e/ -args -require
+
+# The e2e scenarios against internal/fakecluster (a stand-in for Nomad and
+# Consul that runs the allocations as real processes), for machines without
+# the agents: it checks the suite and the wiring, and says loudly that it is
+# not an end-to-end pass.
+e2e-rehearsal: build
+	$(GO) test -count=1 -v -timeout 20m ./e2e/ -args -rehearse
 
 bench: bench-sidecar bench-gateway
 	$(GO) test -run '^$$' -bench . -benchmem ./spec/ ./hcl/ ./autoscaler/ ./sidecar/ ./activator/

@@ -15,11 +15,13 @@ import (
 	nomad "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
+	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
 )
 
 var (
 	requireAgents = flag.Bool("require", false, "fail instead of skipping when no Nomad and Consul are available (make e2e passes it)")
 	keepData      = flag.Bool("keep", false, "keep the agents' data and logs even when every test passes")
+	rehearse      = flag.Bool("rehearse", false, "run the scenarios against internal/fakecluster instead of real agents (make e2e-rehearsal); not an end-to-end pass")
 )
 
 // suite is what TestMain set up for the scenarios (nil when they do not run).
@@ -44,6 +46,9 @@ func TestMain(m *testing.M) {
 
 func runSuite(m *testing.M) int {
 	plan := Decide(os.Getenv, exec.LookPath)
+	if *rehearse {
+		plan = Plan{Mode: Rehearse}
+	}
 	switch plan.Mode {
 	case Skip, Misconfigured:
 		// The helpers' unit tests still run; the scenarios do not, and the
@@ -64,6 +69,7 @@ func runSuite(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var dir string
+	var fake *fakecluster.Cluster
 	switch plan.Mode {
 	case UseRunning:
 		s.NomadAddr, s.ConsulAddr = plan.NomadAddr, plan.ConsulAddr
@@ -100,6 +106,25 @@ func runSuite(m *testing.M) int {
 		os.Setenv("CONSUL_HTTP_ADDR", s.ConsulAddr)
 		s.Timings.Add("0 setup", "start Consul and Nomad dev agents", time.Since(start))
 		fmt.Printf("e2e: agents ready in %s: NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n", time.Since(start).Round(time.Millisecond), s.NomadAddr, s.ConsulAddr)
+	case Rehearse:
+		var err error
+		if dir, err = os.MkdirTemp("", "nomad-serverless-e2e-rehearsal-"); err != nil {
+			fmt.Println("e2e: FAILED:", err)
+			return 1
+		}
+		for _, kv := range os.Environ() {
+			if k, _, _ := strings.Cut(kv, "="); devagents.ClusterVar(k) {
+				os.Unsetenv(k)
+			}
+		}
+		if fake, err = fakecluster.New(fakecluster.Options{DataDir: dir}); err != nil {
+			fmt.Println("e2e: FAILED: start the fake cluster:", err)
+			return 1
+		}
+		s.NomadAddr, s.ConsulAddr = fake.Nomad.Addr(), fake.Consul.Addr()
+		os.Setenv("NOMAD_ADDR", s.NomadAddr)
+		os.Setenv("CONSUL_HTTP_ADDR", s.ConsulAddr)
+		fmt.Printf("e2e: REHEARSAL against internal/fakecluster (NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s), not real Nomad and Consul: a pass here is not an end-to-end pass\n", s.NomadAddr, s.ConsulAddr)
 	}
 
 	suite = s
@@ -107,9 +132,22 @@ func runSuite(m *testing.M) int {
 	suite = nil
 
 	fmt.Println()
-	fmt.Println("e2e timings (one machine's clocks; first byte target for scenario 2: <= 1.0s median of 5 wakes):")
+	if fake != nil {
+		fmt.Println("e2e timings of a REHEARSAL on internal/fakecluster (not Nomad's scheduling or Consul's checks; for the suite, not for the targets):")
+	} else {
+		fmt.Println("e2e timings (one machine's clocks; first byte target for scenario 2: <= 1.0s median of 5 wakes):")
+	}
 	fmt.Print(FormatTable(s.Timings.Rows()))
 
+	if fake != nil {
+		fake.Close()
+		fmt.Println("e2e: that was a REHEARSAL against internal/fakecluster, not real Nomad and Consul")
+		if code != 0 || *keepData {
+			fmt.Println("e2e: allocation logs kept in", dir)
+		} else {
+			os.RemoveAll(dir)
+		}
+	}
 	if s.Agents != nil {
 		for _, k := range s.Agents.Stop(agentStopGrace) {
 			fmt.Println("e2e:", k)

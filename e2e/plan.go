@@ -19,6 +19,11 @@ const (
 	StartAgents
 	// Misconfigured: only one of NOMAD_ADDR and CONSUL_HTTP_ADDR is set.
 	Misconfigured
+	// Rehearse: -rehearse was given; the scenarios run against
+	// internal/fakecluster, a stand-in for Nomad and Consul that runs
+	// raw_exec allocations as real processes. It checks the suite and the
+	// wiring where no agents can be installed; it is not an end-to-end pass.
+	Rehearse
 )
 
 // Plan is the decision TestMain acts on.

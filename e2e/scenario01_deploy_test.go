@@ -32,7 +32,13 @@ func TestE2E1DeployReadyRequest(t *testing.T) {
 	h.cleanupService(svc)
 	g := h.startServe("e2e-1", "", "")
 
-	file := h.writeServices("deploy.hcl", testService(svc))
+	// min 1: this scenario looks at a steady instance; scenario 2 scales
+	// to zero. With the usual 2 s grace the revision could go to zero
+	// between deploy and the request, and the request would reach a new
+	// allocation instead of the one the test inspects.
+	service := testService(svc)
+	service.Scaling.Min = 1
+	file := h.writeServices("deploy.hcl", service)
 	start := time.Now()
 	out := h.deploy(file)
 	h.timing("deploy (register, publish, wait for an instance)", time.Since(start))

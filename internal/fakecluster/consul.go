@@ -157,6 +157,8 @@ func (c *Consul) handler() http.Handler {
 	mux.HandleFunc("PUT /v1/agent/service/register", c.serviceRegister)
 	mux.HandleFunc("PUT /v1/agent/service/deregister/{id}", c.serviceDeregister)
 	mux.HandleFunc("GET /v1/health/service/{name}", c.healthService)
+	mux.HandleFunc("GET /v1/health/checks/{service}", c.healthChecks)
+	mux.HandleFunc("GET /v1/catalog/service/{name}", c.catalogService)
 	mux.HandleFunc("GET /v1/kv/{key...}", c.kvGet)
 	mux.HandleFunc("PUT /v1/kv/{key...}", c.kvPut)
 	mux.HandleFunc("DELETE /v1/kv/{key...}", c.kvDelete)
@@ -273,7 +275,7 @@ func (c *Consul) kvGet(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	_, recurse := r.URL.Query()["recurse"]
 	if _, keys := r.URL.Query()["keys"]; keys {
-		writeText(w, writeHeaders, http.StatusNotImplemented, "fake cluster: ?keys is not implemented")
+		c.kvKeys(w, r, key, r.URL.Query().Get("separator"))
 		return
 	}
 	pairs, idx := block(r, &c.changed, c.quit, func() ([]kvWire, uint64) {
@@ -297,6 +299,42 @@ func (c *Consul) kvGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, readHeaders(idx), pairs)
+}
+
+// kvKeys answers ?keys: the keys under prefix, sorted; with a separator,
+// a key is cut after the first separator that follows the prefix, and
+// duplicates are folded, as `consul kv get -keys` shows "folders".
+func (c *Consul) kvKeys(w http.ResponseWriter, r *http.Request, prefix, sep string) {
+	keys, idx := block(r, &c.changed, c.quit, func() ([]string, uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		seen := map[string]bool{}
+		var out []string
+		for k := range c.kv {
+			if !strings.HasPrefix(k, prefix) {
+				continue
+			}
+			if sep != "" {
+				if i := strings.Index(k[len(prefix):], sep); i >= 0 {
+					k = k[:len(prefix)+i+len(sep)]
+				}
+			}
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+		sort.Strings(out)
+		return out, c.kvQueryIndex(prefix, true)
+	})
+	if len(keys) == 0 {
+		for k, v := range readHeaders(idx) {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	writeJSON(w, readHeaders(idx), keys)
 }
 
 func (c *Consul) kvPut(w http.ResponseWriter, r *http.Request) {

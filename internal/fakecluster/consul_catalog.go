@@ -549,22 +549,12 @@ func (c *Consul) healthService(w http.ResponseWriter, r *http.Request) {
 			}
 			e := healthEntry{Node: theNode(), Service: s.wire(), Checks: []checkWire{serfCheck()}}
 			passing := true
-			var own []checkWire
-			for _, chk := range c.checks {
-				if chk.ServiceID != s.ID {
-					continue
-				}
-				own = append(own, checkWire{
-					Node: consulNodeName, CheckID: chk.CheckID, Name: chk.Name, Status: chk.Status, Notes: chk.Notes,
-					Output: chk.Output, ServiceID: s.ID, ServiceName: s.Name, ServiceTags: nonNil(s.Tags), Type: chk.Type,
-					Interval: durString(chk.Interval), Timeout: durString(chk.Timeout), Definition: map[string]any{},
-					CreateIndex: chk.CreateIndex, ModifyIndex: chk.ModifyIndex,
-				})
+			own := c.checksOfLocked(s)
+			for _, chk := range own {
 				if chk.Status != consulapi.HealthPassing {
 					passing = false
 				}
 			}
-			sort.Slice(own, func(i, j int) bool { return own[i].CheckID < own[j].CheckID })
 			e.Checks = append(e.Checks, own...)
 			if passingOnly && !passing {
 				continue
@@ -572,13 +562,110 @@ func (c *Consul) healthService(w http.ResponseWriter, r *http.Request) {
 			out = append(out, e)
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Service.ID < out[j].Service.ID })
-		idx, ok := c.nameIndex[name]
-		if !ok {
-			idx = c.serviceIndex
-		}
-		return out, idx
+		return out, c.indexOfLocked(name)
 	})
 	writeJSON(w, readHeaders(idx), entries)
+}
+
+// checksOfLocked is the checks of one service instance, by check ID.
+func (c *Consul) checksOfLocked(s *consulService) []checkWire {
+	var own []checkWire
+	for _, chk := range c.checks {
+		if chk.ServiceID != s.ID {
+			continue
+		}
+		own = append(own, checkWire{
+			Node: consulNodeName, CheckID: chk.CheckID, Name: chk.Name, Status: chk.Status, Notes: chk.Notes,
+			Output: chk.Output, ServiceID: s.ID, ServiceName: s.Name, ServiceTags: nonNil(s.Tags), Type: chk.Type,
+			Interval: durString(chk.Interval), Timeout: durString(chk.Timeout), Definition: map[string]any{},
+			CreateIndex: chk.CreateIndex, ModifyIndex: chk.ModifyIndex,
+		})
+	}
+	sort.Slice(own, func(i, j int) bool { return own[i].CheckID < own[j].CheckID })
+	return own
+}
+
+// catalogEntry is one instance as /v1/catalog/service lists it: the node's
+// fields and the service's, flattened, as Consul 1.16 writes them.
+type catalogEntry struct {
+	ID                       string
+	Node                     string
+	Address                  string
+	Datacenter               string
+	TaggedAddresses          map[string]string
+	NodeMeta                 map[string]string
+	ServiceKind              string
+	ServiceID                string
+	ServiceName              string
+	ServiceTags              []string
+	ServiceAddress           string
+	ServiceTaggedAddresses   map[string]taggedAddr
+	ServiceWeights           map[string]int
+	ServiceMeta              map[string]string
+	ServicePort              int
+	ServiceEnableTagOverride bool
+	ServiceProxy             map[string]any
+	ServiceConnect           map[string]any
+	CreateIndex              uint64
+	ModifyIndex              uint64
+}
+
+// catalogService answers GET /v1/catalog/service/{name}: every registered
+// instance, whatever its health (what `consul catalog services` and the
+// e2e suite's leftover checks read).
+func (c *Consul) catalogService(w http.ResponseWriter, r *http.Request) {
+	name := pathUnescape(r.PathValue("name"))
+	tags := r.URL.Query()["tag"]
+	out, idx := block(r, &c.changed, c.quit, func() ([]catalogEntry, uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		node := theNode()
+		out := []catalogEntry{}
+		for _, s := range c.services {
+			if s.Name != name || !containsAll(s.Tags, tags) {
+				continue
+			}
+			sw := s.wire()
+			out = append(out, catalogEntry{
+				ID: node.ID, Node: node.Node, Address: node.Address, Datacenter: node.Datacenter,
+				TaggedAddresses: node.TaggedAddresses, NodeMeta: node.Meta,
+				ServiceID: sw.ID, ServiceName: sw.Service, ServiceTags: sw.Tags, ServiceAddress: sw.Address,
+				ServiceTaggedAddresses: sw.TaggedAddresses, ServiceWeights: sw.Weights, ServiceMeta: sw.Meta,
+				ServicePort: sw.Port, ServiceProxy: sw.Proxy, ServiceConnect: sw.Connect,
+				CreateIndex: sw.CreateIndex, ModifyIndex: sw.ModifyIndex,
+			})
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].ServiceID < out[j].ServiceID })
+		return out, c.indexOfLocked(name)
+	})
+	writeJSON(w, readHeaders(idx), out)
+}
+
+// healthChecks answers GET /v1/health/checks/{service}: the checks of every
+// instance of the service.
+func (c *Consul) healthChecks(w http.ResponseWriter, r *http.Request) {
+	name := pathUnescape(r.PathValue("service"))
+	out, idx := block(r, &c.changed, c.quit, func() ([]checkWire, uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		out := []checkWire{}
+		for _, s := range c.services {
+			if s.Name == name {
+				out = append(out, c.checksOfLocked(s)...)
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].CheckID < out[j].CheckID })
+		return out, c.indexOfLocked(name)
+	})
+	writeJSON(w, readHeaders(idx), out)
+}
+
+// indexOfLocked is the blocking index of one service name's instances.
+func (c *Consul) indexOfLocked(name string) uint64 {
+	if idx, ok := c.nameIndex[name]; ok {
+		return idx
+	}
+	return c.serviceIndex
 }
 
 func (s *consulService) wire() serviceWire {

@@ -170,6 +170,9 @@ func (n *Nomad) handler() http.Handler {
 	mux.HandleFunc("PUT /v1/job/{id}/scale", n.scale)
 	mux.HandleFunc("POST /v1/job/{id}/scale", n.scale)
 	mux.HandleFunc("GET /v1/allocation/{id}", n.allocation)
+	mux.HandleFunc("PUT /v1/allocation/{id}/stop", n.allocStop)
+	mux.HandleFunc("POST /v1/allocation/{id}/stop", n.allocStop)
+	mux.HandleFunc("GET /v1/allocations", n.allocationList)
 	mux.HandleFunc("GET /v1/event/stream", n.eventStream)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeText(w, nil, http.StatusNotFound, fmt.Sprintf("fake cluster: Nomad endpoint %s %s is not implemented by the fake", r.Method, r.URL.Path))

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -577,6 +578,45 @@ func (n *Nomad) allocation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, queryHeaders(idx), out)
+}
+
+// allocationList answers GET /v1/allocations: the allocations of a
+// namespace ("*" for all) whose ID starts with prefix, newest first.
+func (n *Nomad) allocationList(w http.ResponseWriter, r *http.Request) {
+	ns, prefix := requestNamespace(r), r.URL.Query().Get("prefix")
+	n.mu.Lock()
+	out := []allocStubWire{}
+	for _, a := range n.allocs {
+		if (ns == "*" || a.Namespace == ns) && strings.HasPrefix(a.ID, prefix) {
+			out = append(out, a.stub())
+		}
+	}
+	idx := max(n.allocsIndex, 1)
+	n.mu.Unlock()
+	sort.Slice(out, func(i, k int) bool { return out[i].CreateIndex > out[k].CreateIndex })
+	writeJSON(w, queryHeaders(idx), out)
+}
+
+// allocStop answers `nomad alloc stop`: as Nomad does, the allocation is
+// stopped (shutdown delay, kill timeout) and the scheduler places a
+// replacement, since the job still wants its count.
+func (n *Nomad) allocStop(w http.ResponseWriter, r *http.Request) {
+	id := pathUnescape(r.PathValue("id"))
+	n.mu.Lock()
+	a, ok := n.allocs[id]
+	if !ok {
+		n.mu.Unlock()
+		writeText(w, nil, http.StatusNotFound, "alloc not found")
+		return
+	}
+	idx := n.nextIndex()
+	n.stopAllocLocked(a, "alloc is being migrated", idx)
+	if j := n.jobs[jobKey(a.Namespace, a.JobID)]; j != nil {
+		n.reconcileLocked(j)
+	}
+	n.mu.Unlock()
+	n.changed.notify()
+	writeJSON(w, indexHeader(idx), map[string]any{"EvalID": newUUID(), "Index": idx})
 }
 
 // AllocationInfo is an allocation as tests inspect it.
