@@ -86,11 +86,7 @@ func runSuite(m *testing.M) int {
 		}
 		// The scenarios' own clients and subprocesses get addresses (and
 		// no stray token or namespace) from the suite alone.
-		for _, kv := range os.Environ() {
-			if k, _, _ := strings.Cut(kv, "="); devagents.ClusterVar(k) {
-				os.Unsetenv(k)
-			}
-		}
+		clearClusterEnv()
 		fmt.Printf("e2e: starting Consul (%s) and Nomad (%s) dev agents in %s\n", plan.ConsulBin, plan.NomadBin, dir)
 		start := time.Now()
 		s.Agents, err = devagents.Start(ctx, devAgentOptions(plan, dir, nil))
@@ -112,11 +108,7 @@ func runSuite(m *testing.M) int {
 			fmt.Println("e2e: FAILED:", err)
 			return 1
 		}
-		for _, kv := range os.Environ() {
-			if k, _, _ := strings.Cut(kv, "="); devagents.ClusterVar(k) {
-				os.Unsetenv(k)
-			}
-		}
+		clearClusterEnv()
 		if fake, err = fakecluster.New(fakecluster.Options{DataDir: dir}); err != nil {
 			fmt.Println("e2e: FAILED: start the fake cluster:", err)
 			return 1
@@ -160,6 +152,17 @@ func runSuite(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// clearClusterEnv unsets every variable that points a Nomad or Consul
+// client somewhere (addresses, tokens, namespaces, TLS), so the scenarios'
+// clients and subprocesses get addresses from the suite alone.
+func clearClusterEnv() {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); devagents.ClusterVar(k) {
+			os.Unsetenv(k)
+		}
+	}
 }
 
 // agentStopGrace is how long an agent may take to stop after SIGINT; Nomad

@@ -291,14 +291,19 @@ func (c *Consul) kvGet(w http.ResponseWriter, r *http.Request) {
 		return out, c.kvQueryIndex(key, recurse)
 	})
 	if len(pairs) == 0 {
-		// Consul answers 404 with an empty body, and the index.
-		for k, v := range readHeaders(idx) {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(http.StatusNotFound)
+		kvNotFound(w, idx)
 		return
 	}
 	writeJSON(w, readHeaders(idx), pairs)
+}
+
+// kvNotFound is Consul's answer when no key matches: 404 with an empty
+// body, and the index to block on.
+func kvNotFound(w http.ResponseWriter, idx uint64) {
+	for k, v := range readHeaders(idx) {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(http.StatusNotFound)
 }
 
 // kvKeys answers ?keys: the keys under prefix, sorted; with a separator,
@@ -328,10 +333,7 @@ func (c *Consul) kvKeys(w http.ResponseWriter, r *http.Request, prefix, sep stri
 		return out, c.kvQueryIndex(prefix, true)
 	})
 	if len(keys) == 0 {
-		for k, v := range readHeaders(idx) {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(http.StatusNotFound)
+		kvNotFound(w, idx)
 		return
 	}
 	writeJSON(w, readHeaders(idx), keys)

@@ -545,17 +545,26 @@ func (a *alloc) stub() allocStubWire {
 func (n *Nomad) jobAllocations(w http.ResponseWriter, r *http.Request) {
 	id, ns := pathUnescape(r.PathValue("id")), requestNamespace(r)
 	all := r.URL.Query().Get("all") == "true"
+	n.writeAllocStubs(w, func(a *alloc) bool {
+		if a.Namespace != ns || a.JobID != id {
+			return false
+		}
+		// Without all, only the allocations of the job as registered now
+		// (a purged and re-registered job starts afresh).
+		j := n.jobs[jobKey(ns, id)]
+		return all || j != nil && a.JobCreateIndex == deref(j.job.CreateIndex)
+	})
+}
+
+// writeAllocStubs answers with the stubs of the allocations keep selects
+// (called with n.mu held), newest first.
+func (n *Nomad) writeAllocStubs(w http.ResponseWriter, keep func(a *alloc) bool) {
 	n.mu.Lock()
 	out := []allocStubWire{}
-	j := n.jobs[jobKey(ns, id)]
 	for _, a := range n.allocs {
-		if a.Namespace != ns || a.JobID != id {
-			continue
+		if keep(a) {
+			out = append(out, a.stub())
 		}
-		if !all && (j == nil || a.JobCreateIndex != deref(j.job.CreateIndex)) {
-			continue
-		}
-		out = append(out, a.stub())
 	}
 	idx := max(n.allocsIndex, 1)
 	n.mu.Unlock()
@@ -584,17 +593,9 @@ func (n *Nomad) allocation(w http.ResponseWriter, r *http.Request) {
 // namespace ("*" for all) whose ID starts with prefix, newest first.
 func (n *Nomad) allocationList(w http.ResponseWriter, r *http.Request) {
 	ns, prefix := requestNamespace(r), r.URL.Query().Get("prefix")
-	n.mu.Lock()
-	out := []allocStubWire{}
-	for _, a := range n.allocs {
-		if (ns == "*" || a.Namespace == ns) && strings.HasPrefix(a.ID, prefix) {
-			out = append(out, a.stub())
-		}
-	}
-	idx := max(n.allocsIndex, 1)
-	n.mu.Unlock()
-	sort.Slice(out, func(i, k int) bool { return out[i].CreateIndex > out[k].CreateIndex })
-	writeJSON(w, queryHeaders(idx), out)
+	n.writeAllocStubs(w, func(a *alloc) bool {
+		return (ns == "*" || a.Namespace == ns) && strings.HasPrefix(a.ID, prefix)
+	})
 }
 
 // allocStop answers `nomad alloc stop`: as Nomad does, the allocation is
