@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -281,5 +284,73 @@ func TestRemoteSinkCoalescesWakes(t *testing.T) {
 	}
 	if n := posts.Load(); n != 1 {
 		t.Fatalf("%d wake POSTs for a burst of 200, want 1", n)
+	}
+}
+
+// recordingHandler keeps the messages of the records logged at Warn.
+type recordingHandler struct {
+	mu    sync.Mutex
+	warns []string
+}
+
+func (h *recordingHandler) Enabled(_ context.Context, l slog.Level) bool { return true }
+func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		h.mu.Lock()
+		h.warns = append(h.warns, r.Message)
+		h.mu.Unlock()
+	}
+	return nil
+}
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *recordingHandler) warnings() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.warns)
+}
+
+// While the replicas elect a leader (a few seconds after start) a replica
+// knows none; that is not worth a warning until it lasts
+// leaderlessWarnAfter, and then it is worth exactly one.
+func TestRemoteSinkWarnsOnlyWhenNoLeaderLasts(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	h := &recordingHandler{}
+	rs, err := NewRemoteSink(RemoteSinkConfig{
+		Leader: func() (string, bool) { return "", false },
+		Poll:   5 * time.Millisecond, Now: clock, Logger: slog.New(h),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = rs.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Polls for "29 s" of the sink's clock: no warning.
+	for range 29 {
+		advance(time.Second)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if w := h.warnings(); len(w) != 0 {
+		t.Fatalf("warned while a leader was being elected: %q", w)
+	}
+	// Past 30 s: one warning, however long it goes on.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(h.warnings()) == 0 && time.Now().Before(deadline) {
+		advance(time.Second)
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 20 {
+		advance(time.Second)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if w := h.warnings(); len(w) != 1 || !strings.Contains(w[0], "no autoscaler leader") {
+		t.Fatalf("warnings after a minute without a leader: %q, want one about the missing leader", w)
 	}
 }

@@ -90,10 +90,18 @@ func (r *RemoteSink) local() *Autoscaler {
 	return nil
 }
 
+// errNoLeader: no replica holds the autoscaler lock, or none is known yet.
+var errNoLeader = errors.New("no autoscaler leader is known yet")
+
+// leaderlessWarnAfter is how long no leader may be known before RemoteSink
+// warns: elections take a few seconds (Consul's lock delay is 15 s after a
+// leader dies without releasing the lock).
+const leaderlessWarnAfter = 30 * time.Second
+
 func (r *RemoteSink) base() (string, error) {
 	addr, ok := r.cfg.Leader()
 	if !ok || addr == "" {
-		return "", errors.New("no autoscaler leader is known yet")
+		return "", errNoLeader
 	}
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
@@ -190,18 +198,36 @@ func (r *RemoteSink) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Poll)
 	defer t.Stop()
 	failing := false
+	var leaderless time.Time // since when no leader is known; zero when one is
 	for {
 		if r.local() == nil {
-			if err := r.refresh(ctx); err != nil {
-				if !failing && ctx.Err() == nil {
-					r.log.Warn("cannot read burst capacities from the autoscaler leader", "err", err)
-				}
-				failing = true
-			} else {
+			err := r.refresh(ctx)
+			if !errors.Is(err, errNoLeader) {
+				leaderless = time.Time{}
+			}
+			switch {
+			case err == nil:
 				if failing {
 					r.log.Info("reading burst capacities from the autoscaler leader again")
 				}
 				failing = false
+			case errors.Is(err, errNoLeader):
+				// Normal for a few seconds after start, while the replicas
+				// elect one (often this one): the activator stays in the
+				// path meanwhile. Worth a warning only when it lasts.
+				now := r.cfg.Now()
+				if leaderless.IsZero() {
+					leaderless = now
+				} else if !failing && now.Sub(leaderless) >= leaderlessWarnAfter && ctx.Err() == nil {
+					r.log.Warn("no autoscaler leader yet: revisions scale only while a replica holds the Consul lock",
+						"for", now.Sub(leaderless).Round(time.Second))
+					failing = true
+				}
+			default:
+				if !failing && ctx.Err() == nil {
+					r.log.Warn("cannot read burst capacities from the autoscaler leader", "err", err)
+				}
+				failing = true
 			}
 		}
 		select {
