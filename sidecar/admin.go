@@ -16,7 +16,6 @@ import (
 type adminHandler struct {
 	s       *Sidecar
 	metrics http.Handler
-	now     func() time.Time
 }
 
 func (a *adminHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -68,7 +67,7 @@ func serveHealth(w http.ResponseWriter, ok bool, what string, lastErr *string) {
 // format, the autoscaler already decodes JSON, and an operator can read it
 // with curl.
 func (a *adminHandler) serveStats(w http.ResponseWriter) {
-	s := a.s.Stats(a.now())
+	s := a.s.Stats(time.Now())
 	w.Header()["Content-Type"] = []string{"application/json"}
 	w.Header()["Cache-Control"] = []string{"no-store"}
 	_ = json.NewEncoder(w).Encode(s)

@@ -82,15 +82,17 @@ func (c *appClient) release(ac *appConn) {
 	ac.br, ac.bw = nil, nil
 }
 
-// get returns an idle connection (reused = true) or dials a new one.
-func (c *appClient) get() (ac *appConn, reused bool, err error) {
+// get returns a connection idle for less than idleTimeout at now (reused =
+// true) or dials a new one. now is the caller's recent clock reading: a
+// connection put back since then counts as fresh.
+func (c *appClient) get(now time.Time) (ac *appConn, reused bool, err error) {
 	var stale []*appConn
 	c.mu.Lock()
 	for n := len(c.idle); n > 0; n = len(c.idle) {
 		ac = c.idle[n-1]
 		c.idle[n-1] = nil
 		c.idle = c.idle[:n-1]
-		if time.Since(ac.idleAt) < c.idleTimeout {
+		if now.Sub(ac.idleAt) < c.idleTimeout {
 			break
 		}
 		stale = append(stale, ac)

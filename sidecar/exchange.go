@@ -247,15 +247,8 @@ func (x *exchange) detach(ac *appConn) bool { return x.conn.CompareAndSwap(ac, n
 // timedOut returns the timeout that ended the request, or nil.
 func (x *exchange) timedOut() *timeoutError { return x.expired.Load() }
 
-// resetHeader empties the response header, keeping what the sidecar itself
-// put there (Connection: close while draining).
-func (x *exchange) resetHeader() {
-	hd := x.w.Header()
-	clear(hd)
-	if x.h.state.draining.Load() {
-		hd["Connection"] = connectionClose
-	}
-}
+// resetHeader empties the response header.
+func (x *exchange) resetHeader() { clear(x.w.Header()) }
 
 // http.ResponseWriter, with the optional interfaces the proxy needs
 // (Flusher for streaming, Hijacker for upgrades, Unwrap for everything
@@ -274,14 +267,23 @@ func (x *exchange) WriteHeader(code int) {
 	}
 	x.wroteHeader = true
 	x.status = code
+	if code != http.StatusSwitchingProtocols && x.h.state.draining.Load() {
+		// Lame duck: answer, then close the connection, so clients
+		// reconnect (to another instance once Consul has caught up)
+		// instead of reusing this one. Every response, the app's and the
+		// sidecar's own, passes here; an upgrade keeps its connection.
+		x.w.Header()["Connection"] = connectionClose
+	}
 	idle := x.h.cfg.IdleTimeout > 0
+	var now time.Time
 	if idle {
-		x.lastWrite.Store(int64(time.Since(x.start)))
+		now = time.Now()
+		x.lastWrite.Store(int64(now.Sub(x.start)))
 	}
 	x.started.Store(true)
 	x.w.WriteHeader(code)
 	if idle {
-		x.rearm(time.Now())
+		x.rearm(now)
 	}
 }
 

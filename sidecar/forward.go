@@ -9,8 +9,10 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/internal/h1"
+	"golang.org/x/net/http/httpguts"
 )
 
 // forwardH1 proxies an HTTP/1.x request (no protocol upgrade) to the app
@@ -37,12 +39,13 @@ import (
 // than end the response cleanly. A request that finds its reused
 // connection closed by the app before any answer is retried once on a new
 // connection when it has no body and an idempotent method, as
-// http.Transport does.
-func (h *Handler) forwardH1(x *exchange, r *http.Request) {
+// http.Transport does. dispatched is when the request left the queue (the
+// clock reading the idle connections are judged by).
+func (h *Handler) forwardH1(x *exchange, r *http.Request, dispatched time.Time) {
 	hasBody := r.ContentLength != 0
 	retryable := !hasBody && h1.Replayable(r.Method)
 	for attempt := 0; ; attempt++ {
-		ac, reused, err := h.app.get()
+		ac, reused, err := h.app.get(dispatched)
 		if err != nil {
 			h.appFailed(x, r, err)
 			return
@@ -422,7 +425,7 @@ func parseResponseHeader(block string, hd http.Header) (respInfo, error) {
 			return info, fmt.Errorf("%w: folded header line", errBadResponse)
 		}
 		colon := strings.IndexByte(line, ':')
-		if colon <= 0 || !validHeaderName(line[:colon]) {
+		if colon <= 0 || !httpguts.ValidHeaderFieldName(line[:colon]) {
 			return info, fmt.Errorf("%w: header line %q", errBadResponse, trimLine([]byte(line)))
 		}
 		key := textproto.CanonicalMIMEHeaderKey(line[:colon])
@@ -480,16 +483,6 @@ func parseResponseHeader(block string, hd http.Header) (respInfo, error) {
 		info.contentLength = -1
 	}
 	return info, nil
-}
-
-func validHeaderName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // copyFixed relays exactly n bytes of body.
@@ -606,7 +599,7 @@ func copyTrailers(x *exchange, br *bufio.Reader) error {
 		}
 		s := strings.TrimRight(string(line), "\r\n")
 		k, v, ok := strings.Cut(s, ":")
-		if !ok || !validHeaderName(k) {
+		if !ok || !httpguts.ValidHeaderFieldName(k) {
 			return fmt.Errorf("%w: trailer line %q", errBadResponse, s)
 		}
 		if hd == nil {

@@ -146,12 +146,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	if h.state.draining.Load() {
-		// Lame duck: answer, then close the connection, so clients
-		// reconnect (to another instance once Consul has caught up)
-		// instead of reusing this one.
-		w.Header()["Connection"] = connectionClose
-	}
 	start := time.Now()
 	tracked := h.meter.begin(start)
 	clientCtx := r.Context()
@@ -197,7 +191,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case h.alwaysH2C:
 			h.serveReverseProxy(h.h2, x, r)
 		default:
-			h.forwardH1(x, r)
+			h.forwardH1(x, r, dispatched)
 		}
 		return
 	}

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -86,5 +87,61 @@ func TestAppHostIsWhereTheAppIsReached(t *testing.T) {
 	defer cancel()
 	if err := p.probe(ctx); err != nil {
 		t.Fatalf("probe of 127.0.0.2: %v", err)
+	}
+}
+
+// While draining every response says Connection: close and the connection
+// closes after it: the app's answers and the sidecar's own, on the
+// keepalive loop and on net/http (a request with a body is handed off).
+func TestDrainingResponsesCloseTheirConnection(t *testing.T) {
+	closedPort := func() int {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		return port
+	}()
+	for _, c := range []struct {
+		name     string
+		appPort  int
+		req      string
+		wantCode int
+	}{
+		{"app answer, loop", rawApp(t), "GET / HTTP/1.1\r\nHost: a\r\n\r\n", 200},
+		{"app answer, net/http", rawApp(t), "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi", 200},
+		{"sidecar's 502, loop", closedPort, "GET / HTTP/1.1\r\nHost: a\r\n\r\n", http.StatusBadGateway},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := New(benchConfig(c.appPort, 0), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := serveFront(t, s)
+			s.state.draining.Store(true)
+			nc, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(nc, c.req); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(nc)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.wantCode || !resp.Close {
+				t.Fatalf("%d, Connection %q: want %d and close", resp.StatusCode, resp.Header.Get("Connection"), c.wantCode)
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("connection still open after a draining response (%v)", err)
+			}
+		})
 	}
 }

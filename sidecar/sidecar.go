@@ -133,7 +133,7 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 		}
 	}
 	s.handler = newHandler(cfg, log, access, s.state, s.meter, s.breaker, s.metrics, opts.AppProtocol)
-	s.admin = &adminHandler{s: s, metrics: s.metrics.handler(), now: time.Now}
+	s.admin = &adminHandler{s: s, metrics: s.metrics.handler()}
 	return s, nil
 }
 
@@ -311,7 +311,7 @@ func (s *Sidecar) LastDrain() (DrainReport, bool) {
 func (s *Sidecar) drainServer(front *frontDoor) DrainReport {
 	start := time.Now()
 	// From here every HTTP/1 response says Connection: close (see
-	// Handler.ServeHTTP). Idle keep-alive connections stay open until the
+	// exchange.WriteHeader). Idle keep-alive connections stay open until the
 	// grace ends, so a request already on its way over one is served
 	// instead of meeting a closed socket.
 	s.state.draining.Store(true)

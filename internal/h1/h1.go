@@ -48,17 +48,9 @@ func TrimOWS(s string) string {
 
 // CanonicalKey is textproto's canonical form of a header name; a name
 // already in it (the usual case) is returned as is, without allocating.
-func CanonicalKey(k string) string {
-	upper := true
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			return textproto.CanonicalMIMEHeaderKey(k)
-		}
-		upper = c == '-'
-	}
-	return k
-}
+// textproto.CanonicalMIMEHeaderKey has that fast path itself, so this is
+// only its name here.
+func CanonicalKey(k string) string { return textproto.CanonicalMIMEHeaderKey(k) }
 
 // Replayable reports whether a request without a body may be sent again on
 // a new connection when a reused one was closed before any response: the
