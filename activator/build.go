@@ -211,18 +211,3 @@ func (g *Gateway) order(hp string) uint64 {
 	h.Write([]byte(hp))
 	return h.Sum64()
 }
-
-// routable lists the addresses the gateway sends a revision's requests to.
-func (g *Gateway) routable(rev string) []string {
-	t := g.table.Load()
-	r := t.revisions[rev]
-	if r == nil {
-		return nil
-	}
-	var out []string
-	for _, b := range r.pool.Load().backends {
-		out = append(out, b.hostPort)
-	}
-	slices.Sort(out)
-	return out
-}

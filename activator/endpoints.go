@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"net"
 	"slices"
 	"strconv"
 
@@ -62,8 +63,10 @@ type probeKey struct {
 	Alloc    string
 }
 
+// hostPort is the dial address of addr and port (an IPv6 address in
+// brackets).
 func hostPort(addr string, port int) string {
-	return addr + ":" + strconv.Itoa(port)
+	return net.JoinHostPort(addr, strconv.Itoa(port))
 }
 
 // update applies the current allocations and passing instances of one

@@ -130,3 +130,17 @@ func TestEndpointTrackerKeepsOtherAddressesApart(t *testing.T) {
 		t.Errorf("endpoint 2000 = %+v, want alloc b with admin port 2001", eps[1])
 	}
 }
+
+// An instance address is dialed and probed as host:port, so an IPv6 address
+// must come in brackets.
+func TestHostPortBracketsIPv6(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		port int
+		want string
+	}{{"10.0.0.1", 8080, "10.0.0.1:8080"}, {"fd00::1", 8080, "[fd00::1]:8080"}} {
+		if got := hostPort(tc.addr, tc.port); got != tc.want {
+			t.Errorf("hostPort(%q, %d) = %q, want %q", tc.addr, tc.port, got, tc.want)
+		}
+	}
+}

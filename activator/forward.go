@@ -178,9 +178,9 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 		body = uc.br // until the instance closes the connection
 	}
 	if body != nil {
-		bufp := g.buffers.p.Get().(*[]byte)
-		err := copyBody(w, body, *bufp, head.length < 0)
-		g.buffers.p.Put(bufp)
+		buf := g.buffers.Get()
+		err := copyBody(w, body, buf, head.length < 0)
+		g.buffers.Put(buf)
 		if err != nil {
 			return res, err
 		}
@@ -394,7 +394,7 @@ func copyBody(w http.ResponseWriter, body io.Reader, buf []byte, flush bool) err
 // fastPathOK tells whether forwardH1 can carry r: HTTP/1.x, no body, no
 // upgrade, no expectation, no trailers.
 func fastPathOK(r *http.Request) bool {
-	if r.ProtoMajor != 1 || (r.ContentLength != 0) || len(r.TransferEncoding) > 0 {
+	if r.ProtoMajor != 1 || r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		return false
 	}
 	h := r.Header
@@ -407,7 +407,9 @@ func fastPathOK(r *http.Request) bool {
 	if _, ok := h["Trailer"]; ok {
 		return false
 	}
-	return r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0
+	// ContentLength 0 is "no body" for a request a server read (its Body
+	// is then NoBody), but "unknown" for one built with http.NewRequest.
+	return r.Body == nil || r.Body == http.NoBody
 }
 
 // writeRequestHead writes the request line and headers for the instance.

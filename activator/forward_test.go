@@ -272,3 +272,19 @@ func TestWebsocketThroughGateway(t *testing.T) {
 	c.Close()
 	waitFor(t, "slot freed after close", func() bool { return tg.g.Revisions()[0].InFlight == 0 })
 }
+
+// Both forwarding paths borrow copy buffers; lending one costs nothing.
+func TestBufferPoolAllocatesNothing(t *testing.T) {
+	bp := newBufferPool()
+	bp.Put(bp.Get()) // warm the pool
+	allocs := testing.AllocsPerRun(1000, func() {
+		b := bp.Get()
+		if len(b) != copyBufferSize {
+			t.Fatalf("buffer of %d bytes, want %d", len(b), copyBufferSize)
+		}
+		bp.Put(b)
+	})
+	if allocs != 0 {
+		t.Fatalf("Get+Put allocates %.1f times, want 0", allocs)
+	}
+}

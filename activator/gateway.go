@@ -148,7 +148,7 @@ type Gateway struct {
 	gatherer  prometheus.Gatherer
 	metrics   *metrics
 	proxy     *httputil.ReverseProxy
-	buffers   bufferPool
+	buffers   *bufferPool
 	prober    *prober
 
 	table atomic.Pointer[table]
@@ -296,7 +296,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.runCtx.Store(&ctx)
 	g.prober.start(ctx)
-	g.refreshEBC(ctx)
+	g.refreshEBC()
 	g.rebuild()
 	g.healthy.Store(true)
 
@@ -403,13 +403,13 @@ func (g *Gateway) ebcLoop(ctx context.Context) {
 		}
 		func() {
 			defer g.guard("excess burst capacity")
-			g.refreshEBC(ctx)
+			g.refreshEBC()
 		}()
 	}
 }
 
 // refreshEBC reads the autoscaler's excess burst capacity of every revision.
-func (g *Gateway) refreshEBC(context.Context) {
+func (g *Gateway) refreshEBC() {
 	t := g.table.Load()
 	for _, r := range t.revisions {
 		ebc, known := g.as.ExcessBurstCapacity(r.name)
@@ -488,7 +488,7 @@ func (g *Gateway) stopTakeOvers(d time.Duration) {
 	}
 	deadline := time.Now().Add(d)
 	for _, t := range ts {
-		t.wait(time.Until(deadline))
+		t.loop.Wait(time.Until(deadline))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -267,4 +268,19 @@ func splitHostPort(tb testing.TB, addr string) (string, int) {
 	}
 	n, _ := strconv.Atoi(p)
 	return h, n
+}
+
+// routable lists the addresses the gateway sends a revision's requests to.
+func (g *Gateway) routable(rev string) []string {
+	t := g.table.Load()
+	r := t.revisions[rev]
+	if r == nil {
+		return nil
+	}
+	var out []string
+	for _, b := range r.pool.Load().backends {
+		out = append(out, b.hostPort)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
 )
@@ -20,11 +19,11 @@ import (
 // net/http as usual; ServeHTTP hijacks the connection and the loop serves
 // that request and the ones after it. A request the loop does not take (a
 // body, an upgrade, HTTP/1.0, anything odd) hands the connection, unread
-// bytes included, to a second net/http server with the same handler and
-// limits (fallback), which serves it and the rest of that connection as
-// net/http always would. Shutdown on the public server reaches both (a
-// RegisterOnShutdown hook); Run, when it ends, waits for the loop's
-// connections, which net/http no longer tracks.
+// bytes included, to a second net/http server with the same limits
+// (fallback), which serves it and the rest of that connection as net/http
+// always would (its handler is serveHTTP: no takeover there). Shutdown on
+// the public server reaches both (a RegisterOnShutdown hook); Run, when it
+// ends, waits for the loop's connections, which net/http no longer tracks.
 type takeOver struct {
 	g    *Gateway
 	loop keepalive.Server
@@ -36,9 +35,6 @@ type takeOver struct {
 
 // takeOverKey carries a server's takeOver in its connections' contexts.
 type takeOverKey struct{}
-
-// noTakeOverKey marks requests on the fallback server's connections.
-type noTakeOverKey struct{}
 
 func newTakeOver(g *Gateway) *takeOver {
 	t := &takeOver{g: g}
@@ -54,7 +50,7 @@ func newTakeOver(g *Gateway) *takeOver {
 
 // eligible tells whether r may move its connection into the loop.
 func (t *takeOver) eligible(r *http.Request) bool {
-	return !t.loop.Closing() && keepalive.Eligible(r) && r.Context().Value(noTakeOverKey{}) == nil
+	return !t.loop.Closing() && keepalive.Eligible(r)
 }
 
 // serve hijacks w's connection and serves r and what follows on it. It
@@ -77,14 +73,11 @@ func (t *takeOver) handOff(nc net.Conn) {
 		t.fallbackLn = keepalive.NewConnQueue(nc.LocalAddr())
 		g := t.g
 		t.fallback = &http.Server{
-			Handler:           g,
+			Handler:           http.HandlerFunc(g.serveHTTP),
 			ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
 			IdleTimeout:       g.cfg.IdleTimeout,
 			MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
-			BaseContext: func(net.Listener) context.Context {
-				return context.WithValue(context.Background(), noTakeOverKey{}, true)
-			},
 		}
 		go func(s *http.Server, ln net.Listener) { _ = s.Serve(ln) }(t.fallback, t.fallbackLn)
 		if t.loop.Closing() {
@@ -115,6 +108,3 @@ func shutdownFallback(s *http.Server) {
 	defer cancel()
 	_ = s.Shutdown(ctx)
 }
-
-// wait waits up to d for the loop's connections to close.
-func (t *takeOver) wait(d time.Duration) { t.loop.Wait(d) }

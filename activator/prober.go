@@ -35,7 +35,6 @@ type prober struct {
 	running map[probeKey]context.CancelFunc
 	results map[probeKey]bool // successes not yet forgotten
 	gaveUp  map[probeKey]bool // window passed without success
-	want    map[probeKey]string
 }
 
 func newProber(rt http.RoundTripper, interval, window time.Duration, log *slog.Logger, m *metrics) *prober {
@@ -44,7 +43,6 @@ func newProber(rt http.RoundTripper, interval, window time.Duration, log *slog.L
 		running: map[probeKey]context.CancelFunc{},
 		results: map[probeKey]bool{},
 		gaveUp:  map[probeKey]bool{},
-		want:    map[probeKey]string{},
 	}
 }
 
@@ -84,7 +82,6 @@ func (p *prober) successes() map[probeKey]bool {
 func (p *prober) sync(want map[probeKey]string, known map[probeKey]bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.want = want
 	for k, cancel := range p.running {
 		if _, ok := want[k]; !ok {
 			cancel()

@@ -361,12 +361,24 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 // Close is a no-op: net/http closes the real body when the handler returns.
 func (b *guardedBody) Close() error { return nil }
 
-// bufferPool recycles the proxy's copy buffers.
-type bufferPool struct{ p *sync.Pool }
+// copyBufferSize is the size of the copy buffers of both forwarding paths.
+const copyBufferSize = 32 << 10
 
-func newBufferPool() bufferPool {
-	return bufferPool{p: &sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+// bufferPool recycles the copy buffers of ReverseProxy and forwardH1. It
+// pools array pointers: putting a []byte (or a pointer to a fresh slice
+// header) into a sync.Pool would allocate at every Put.
+type bufferPool struct{ p sync.Pool }
+
+func newBufferPool() *bufferPool {
+	bp := &bufferPool{}
+	bp.p.New = func() any { return new([copyBufferSize]byte) }
+	return bp
 }
 
-func (bp bufferPool) Get() []byte  { return *(bp.p.Get().(*[]byte)) }
-func (bp bufferPool) Put(b []byte) { bp.p.Put(&b) }
+func (bp *bufferPool) Get() []byte { return bp.p.Get().(*[copyBufferSize]byte)[:] }
+
+func (bp *bufferPool) Put(b []byte) {
+	if cap(b) >= copyBufferSize {
+		bp.p.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
+	}
+}
