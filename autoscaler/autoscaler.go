@@ -14,9 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,11 +243,15 @@ func (a *Autoscaler) Wake(_ context.Context, replica string, d Demand) error {
 	}
 	now := a.cfg.Now()
 	a.demandMu.Lock()
+	// Reports are read only under demandMu, so the entry is updated in
+	// place rather than copying a replica's whole report for each wake.
 	r := a.reports[replica]
-	m := make(map[string]Demand, len(r.demand)+1)
-	maps.Copy(m, r.demand)
-	m[d.Revision] = d
-	a.reports[replica] = replicaReport{at: now, demand: m}
+	if r.demand == nil {
+		r.demand = map[string]Demand{}
+	}
+	r.demand[d.Revision] = d
+	r.at = now
+	a.reports[replica] = r
 	a.demandMu.Unlock()
 
 	a.wakeMu.Lock()
@@ -358,15 +362,7 @@ func (a *Autoscaler) States() []RevisionState {
 	for _, sh := range *m {
 		out = append(out, sh.state())
 	}
-	slices.SortFunc(out, func(x, y RevisionState) int {
-		switch {
-		case x.Revision < y.Revision:
-			return -1
-		case x.Revision > y.Revision:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(x, y RevisionState) int { return strings.Compare(x.Revision, y.Revision) })
 	return out
 }
 

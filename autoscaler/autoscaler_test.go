@@ -453,3 +453,28 @@ func TestDemandValidation(t *testing.T) {
 		t.Error("a negative queue was accepted")
 	}
 }
+
+func TestWakeUpdatesTheReplicasReport(t *testing.T) {
+	a, _, _, _, clk := newTestAutoscaler(t, nil)
+	ctx := context.Background()
+	startLoop(t, a)
+	if err := a.ReportDemand(ctx, "a1", []Demand{{Revision: "x-00001", Queued: 1}, {Revision: "y-00001", InFlight: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if err := a.Wake(ctx, "a1", Demand{Revision: "x-00001", Queued: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Wake(ctx, "a2", Demand{Revision: "y-00001", Queued: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a.demandMu.Lock()
+	defer a.demandMu.Unlock()
+	r1, r2 := a.reports["a1"], a.reports["a2"]
+	if !r1.at.Equal(clk.Now()) || len(r1.demand) != 2 || r1.demand["x-00001"].Queued != 5 || r1.demand["y-00001"].InFlight != 2 {
+		t.Errorf("a1's report after a wake: %+v, want x queued 5 and y kept, stamped now", r1)
+	}
+	if len(r2.demand) != 1 || r2.demand["y-00001"].Queued != 1 {
+		t.Errorf("a2's report from a wake alone: %+v", r2)
+	}
+}

@@ -81,30 +81,30 @@ func (d *Decider) Decide(in Inputs, now time.Time) Decision {
 	total, target := capacity(s, in.Concurrency)
 	obs := in.Observed
 	dec := Decision{
-		Metric:        s.Metric,
-		Target:        target,
-		Ready:         in.Ready,
-		Count:         in.Count,
-		Queued:        in.Queued,
-		Stable:        obs.Stable,
-		Panic:         obs.Panic,
-		Data:          obs.Data,
-		BurstCapacity: s.BurstCapacity,
+		Metric: s.Metric,
+		Target: target,
+		Ready:  in.Ready,
+		Count:  in.Count,
+		Queued: in.Queued,
+		Stable: obs.Stable,
+		Panic:  obs.Panic,
+		Data:   obs.Data,
 	}
 
 	if !d.started {
 		d.started = true
 		d.firstSeen = now
-		d.initialized = s.Initial == 0 || in.Count == 0 || in.Ready >= s.Initial
 		if in.Ready > 1 {
 			// Knative: a fresh decider has no history; hold the current
 			// scale (panic mode never scales down) until the windows fill.
 			d.panicTime, d.maxPanic = now, in.Ready
 		}
 	}
-	// Someone else taking the count to zero (deploy stopping a revision
-	// that failed to start, an operator) ends the initial scale too: the
-	// autoscaler must not bring back what was put to sleep on purpose.
+	// The initial scale is reached (or does not apply) once that many are
+	// ready. A count at zero ends it too, whether a new leader finds the
+	// revision there or someone else took it there (deploy stopping a
+	// revision that failed to start, an operator): the autoscaler must not
+	// bring back what was put to sleep on purpose.
 	if !d.initialized && (in.Ready >= s.Initial || in.Count == 0 || now.Sub(d.firstSeen) >= initialScaleDeadline) {
 		d.initialized = true
 	}

@@ -106,7 +106,6 @@ type Decision struct {
 	// ExcessBurstCapacity is spare capacity beyond the target burst
 	// capacity; negative keeps the activator in the request path.
 	ExcessBurstCapacity float64
-	BurstCapacity       float64
 
 	// Hold is how long the revision has been idle (RuleIdle, RuleZero) or
 	// the scale-down delay (RuleScaleDownDelay); Grace the scale-to-zero

@@ -20,7 +20,6 @@ type revState struct {
 	count       int // the job's count as the catalog says
 
 	win          window
-	span         time.Duration // stable window the ring was sized for
 	panicBuckets int
 	decider      Decider
 	cursor       int // sampling rotates through the instances
@@ -29,7 +28,6 @@ type revState struct {
 	// This tick (ready is kept while the source does not change).
 	mark     uint64
 	ready    []consulroute.Instance
-	sampled  int
 	queued   int
 	inFlight int
 }
@@ -37,10 +35,10 @@ type revState struct {
 // loop is one Run's state: created when Run starts, dropped when it returns.
 // Only the Run goroutine touches it, except applies (a WaitGroup).
 type loop struct {
-	a     *Autoscaler
-	revs  map[string]*revState
-	order []*revState // revisions of the current tick
-	// lastFull, spare and partial are order's buffers (see tick).
+	a    *Autoscaler
+	revs map[string]*revState
+	// lastFull is the last full tick's revisions in the source's order;
+	// spare and partial are the buffers tick builds its list in.
 	lastFull, spare, partial []*revState
 	// srcChanged is closed when the source changes after the last full
 	// read (nil: the source cannot tell; read it every tick).
@@ -145,12 +143,12 @@ func (l *loop) tick(ctx context.Context, revs []catalog.Revision, full bool) {
 	// The source lists revisions in the same order tick after tick, so a
 	// full tick finds most states at the position they had in the last
 	// full tick, without a map lookup. Two buffers swap roles.
-	var prev []*revState
+	var prev, order []*revState
 	if full {
 		prev = l.lastFull
-		l.order = l.spare[:0]
+		order = l.spare[:0]
 	} else {
-		l.order = l.partial[:0]
+		order = l.partial[:0]
 	}
 	for i := range revs {
 		r := &revs[i]
@@ -168,14 +166,14 @@ func (l *loop) tick(ctx context.Context, revs []catalog.Revision, full bool) {
 		l.sync(st, r)
 		st.mark = gen
 		st.queued, st.inFlight = 0, 0
-		l.order = append(l.order, st)
+		order = append(order, st)
 	}
 	if full {
-		l.spare, l.lastFull = prev, l.order
+		l.spare, l.lastFull = prev, order
 	} else {
-		l.partial = l.order
+		l.partial = order
 	}
-	if full && len(l.revs) != len(l.order) {
+	if full && len(l.revs) != len(order) {
 		for name, st := range l.revs {
 			if st.mark != gen {
 				delete(l.revs, name)
@@ -190,7 +188,7 @@ func (l *loop) tick(ctx context.Context, revs []catalog.Revision, full bool) {
 		}
 		a.published.Store(&m)
 	}
-	l.decide(ctx, l.order, true)
+	l.decide(ctx, order, true)
 }
 
 // decide gathers demand, scrapes, records, decides, publishes and applies
@@ -215,13 +213,13 @@ func (l *loop) decide(ctx context.Context, order []*revState, fresh bool) {
 			st.ready = a.cfg.Revisions.Ready(st.name)
 		}
 		n := len(st.ready)
-		st.sampled = sampleSize(n)
+		sampled := sampleSize(n)
 		rps := st.scaling.Metric == spec.MetricRPS
-		for k := range st.sampled {
+		for k := range sampled {
 			l.col.add(int32(i), rps, &st.ready[(st.cursor+k)%n])
 		}
 		if n > 0 {
-			st.cursor = (st.cursor + st.sampled) % n
+			st.cursor = (st.cursor + sampled) % n
 		}
 	}
 	l.col.run(ctx)
@@ -295,13 +293,11 @@ func (l *loop) sync(st *revState, r *catalog.Revision) {
 	st.scaling = r.Scaling
 	s := effectiveScaling(r.Scaling)
 	tick := l.a.cfg.Tick
-	switch {
-	case st.win.buckets == nil:
+	if st.win.buckets == nil {
 		st.win = newWindow(s.Window, tick)
-	case st.span != s.Window:
-		st.win.resize(bucketsFor(s.Window, tick))
+	} else {
+		st.win.resize(bucketsFor(s.Window, tick)) // keeps the ring when its size holds
 	}
-	st.span = s.Window
 	st.panicBuckets = min(bucketsFor(s.PanicWindow(), tick), st.win.len())
 }
 

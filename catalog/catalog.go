@@ -61,10 +61,15 @@ type Service struct {
 type Catalog struct {
 	mu        sync.Mutex
 	revisions map[string]Revision
-	allocs    map[string]Allocation
-	ready     map[string][]consulroute.Instance // by revision
-	services  map[string]Service                // by service name
-	changed   chan struct{}
+	// allocs holds the allocations by revision, then by ID, so the
+	// gateway's rebuild (Allocations for every revision) and DeleteRevision
+	// touch one revision's allocations, not all of them; allocRev finds an
+	// allocation's revision by ID.
+	allocs   map[string]map[string]Allocation
+	allocRev map[string]string
+	ready    map[string][]consulroute.Instance // by revision
+	services map[string]Service                // by service name
+	changed  chan struct{}
 	// revList caches Revisions' sorted result until the next change: the
 	// autoscaler reads it every tick over thousands of revisions.
 	revList []Revision
@@ -74,7 +79,8 @@ type Catalog struct {
 func New() *Catalog {
 	return &Catalog{
 		revisions: map[string]Revision{},
-		allocs:    map[string]Allocation{},
+		allocs:    map[string]map[string]Allocation{},
+		allocRev:  map[string]string{},
 		ready:     map[string][]consulroute.Instance{},
 		services:  map[string]Service{},
 		changed:   make(chan struct{}),
@@ -109,11 +115,10 @@ func (c *Catalog) DeleteRevision(name string) {
 	defer c.mu.Unlock()
 	delete(c.revisions, name)
 	delete(c.ready, name)
-	for id, a := range c.allocs {
-		if a.Revision == name {
-			delete(c.allocs, id)
-		}
+	for id := range c.allocs[name] {
+		delete(c.allocRev, id)
 	}
+	delete(c.allocs, name)
 	c.notify()
 }
 
@@ -121,21 +126,42 @@ func (c *Catalog) DeleteRevision(name string) {
 func (c *Catalog) SetAllocation(a Allocation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.allocs[a.ID]; ok && old == a {
-		return
+	if rev, ok := c.allocRev[a.ID]; ok {
+		if c.allocs[rev][a.ID] == a {
+			return
+		}
+		if rev != a.Revision {
+			c.forgetAllocation(rev, a.ID)
+		}
 	}
-	c.allocs[a.ID] = a
+	byID := c.allocs[a.Revision]
+	if byID == nil {
+		byID = map[string]Allocation{}
+		c.allocs[a.Revision] = byID
+	}
+	byID[a.ID] = a
+	c.allocRev[a.ID] = a.Revision
 	c.notify()
+}
+
+// forgetAllocation must be called with mu held.
+func (c *Catalog) forgetAllocation(revision, id string) {
+	delete(c.allocs[revision], id)
+	if len(c.allocs[revision]) == 0 {
+		delete(c.allocs, revision)
+	}
+	delete(c.allocRev, id)
 }
 
 // DeleteAllocation forgets an allocation.
 func (c *Catalog) DeleteAllocation(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.allocs[id]; !ok {
+	rev, ok := c.allocRev[id]
+	if !ok {
 		return
 	}
-	delete(c.allocs, id)
+	c.forgetAllocation(rev, id)
 	c.notify()
 }
 
@@ -191,12 +217,7 @@ func (c *Catalog) Revisions() []Revision {
 func (c *Catalog) Allocations(revision string) []Allocation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []Allocation
-	for _, a := range c.allocs {
-		if a.Revision == revision {
-			out = append(out, a)
-		}
-	}
+	out := slices.Collect(maps.Values(c.allocs[revision]))
 	slices.SortFunc(out, func(a, b Allocation) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }

@@ -94,3 +94,32 @@ func TestReadersGetCopies(t *testing.T) {
 		t.Fatalf("Revisions not sorted: %v", revs)
 	}
 }
+
+func TestAllocationsOfOneRevisionSorted(t *testing.T) {
+	c := New()
+	c.SetAllocation(Allocation{ID: "b", Revision: "r1"})
+	c.SetAllocation(Allocation{ID: "a", Revision: "r1"})
+	c.SetAllocation(Allocation{ID: "c", Revision: "r2"})
+	if got := c.Allocations("r1"); len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" {
+		t.Fatalf("allocations of r1 = %v, want a and b in order", got)
+	}
+	// An ID seen again under another revision moves there.
+	c.SetAllocation(Allocation{ID: "b", Revision: "r2"})
+	if got := c.Allocations("r1"); len(got) != 1 || got[0].ID != "a" {
+		t.Errorf("allocations of r1 after b moved = %v, want a", got)
+	}
+	if got := c.Allocations("r2"); len(got) != 2 || got[0].ID != "b" || got[1].ID != "c" {
+		t.Errorf("allocations of r2 after b moved = %v, want b and c", got)
+	}
+	c.DeleteAllocation("b")
+	c.DeleteAllocation("c")
+	if got := c.Allocations("r2"); len(got) != 0 {
+		t.Errorf("allocations of r2 after deleting both = %v", got)
+	}
+	// A deleted allocation's ID is free again: setting it notifies.
+	ch := c.Changed()
+	c.SetAllocation(Allocation{ID: "c", Revision: "r2"})
+	if !changed(ch) {
+		t.Error("setting a deleted allocation again did not fire Changed")
+	}
+}

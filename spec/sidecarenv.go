@@ -32,6 +32,10 @@ const (
 	EnvSidecarAccessLog   = "SERVERLESS_ACCESS_LOG" // "true" to log every request
 )
 
+// defaultDrainGrace is the longest drain grace: requests that still arrive
+// after SIGTERM are served this long (at most half the drain).
+const defaultDrainGrace = 3 * time.Second
+
 // DefaultQueueDepthFactor sizes the breaker's queue as a multiple of the
 // concurrency limit when the job does not set it (Knative uses 10x).
 const DefaultQueueDepthFactor = 10
@@ -76,7 +80,7 @@ func SidecarConfigForRevision(r Revision) SidecarConfig {
 	t := r.Template
 	depth := t.Concurrency * DefaultQueueDepthFactor
 	drain := t.Task.KillTimeout - time.Second
-	grace := min(3*time.Second, drain/2)
+	grace := min(defaultDrainGrace, drain/2)
 	return SidecarConfig{
 		AppHost:              DefaultAppHost,
 		Service:              r.Service,
@@ -217,7 +221,7 @@ func ParseSidecarEnv(getenv func(string) string) (SidecarConfig, error) {
 	c.IdleTimeout = dur(EnvSidecarIdle, 0)
 	c.Readiness = probe(EnvSidecarReadiness)
 	c.Liveness = probe(EnvSidecarLiveness)
-	c.DrainGrace = dur(EnvSidecarDrainGrace, 3*time.Second)
+	c.DrainGrace = dur(EnvSidecarDrainGrace, defaultDrainGrace)
 	c.DrainTimeout = dur(EnvSidecarDrainLimit, DefaultKillTimeout-time.Second)
 	switch v := getenv(EnvSidecarAccessLog); v {
 	case "", "false", "0":

@@ -3,8 +3,9 @@ package spec
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -163,7 +164,7 @@ func (t *Template) validate() []Problem {
 				fmt.Sprintf("nomad-serverless sets the tags %q, %q and %q itself.", TagServerless, TagActivator, TagServicePrefix+"<service>"))
 		}
 	}
-	for _, k := range sortedKeys(t.Meta) {
+	for _, k := range slices.Sorted(maps.Keys(t.Meta)) {
 		if !consulMetaKey.MatchString(k) {
 			add("meta."+k, fmt.Sprintf("meta key %q is not allowed by Consul.", k), "Use letters, digits, '_' and '-' (at most 128).")
 		}
@@ -205,7 +206,7 @@ func (t *Task) validate(mode NetworkMode) []Problem {
 	if t.KillTimeout < time.Second {
 		add("task.kill_timeout", fmt.Sprintf("kill_timeout is %s.", t.KillTimeout), "Use at least \"1s\": the sidecar drains requests in this time.")
 	}
-	for _, k := range sortedKeys(t.Env) {
+	for _, k := range slices.Sorted(maps.Keys(t.Env)) {
 		if !envName.MatchString(k) {
 			add("task.env."+k, fmt.Sprintf("%q is not an environment variable name.", k), "Use letters, digits and '_', not starting with a digit.")
 		}
@@ -383,11 +384,7 @@ func ValidateTrafficRevisions(s *Service, known map[string]bool) []Problem {
 	var ps []Problem
 	for i, t := range s.Traffic {
 		if t.Revision != "" && !known[t.Revision] {
-			names := make([]string, 0, len(known))
-			for n := range known {
-				names = append(names, n)
-			}
-			sort.Strings(names)
+			names := slices.Sorted(maps.Keys(known))
 			detail := "The service has no revisions yet; use latest = true."
 			if len(names) > 0 {
 				detail = "Known revisions: " + strings.Join(names, ", ") + "."
@@ -396,13 +393,4 @@ func ValidateTrafficRevisions(s *Service, known map[string]bool) []Problem {
 		}
 	}
 	return ps
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
