@@ -72,7 +72,7 @@ func (d *decoder) value(a *hcl2.Attribute, path string) (cty.Value, bool) {
 		return cty.NilVal, false
 	}
 	d.ranges[path] = a.Expr.Range()
-	if diags := d.checkReferences(a.Expr); diags.HasErrors() {
+	if diags := checkReferences(d.ctx, a.Expr); diags.HasErrors() {
 		d.addDiags(path, diags)
 		return cty.NilVal, false
 	}
@@ -202,6 +202,51 @@ func (d *decoder) duration(a *hcl2.Attribute, path string) (time.Duration, bool)
 	return dur, true
 }
 
+// The set* helpers store a setting that the file writes (and that decodes)
+// in *dst, and leave the default there otherwise.
+
+func (d *decoder) setStr(dst *string, a *hcl2.Attribute, path string) {
+	if v, ok := d.str(a, path); ok {
+		*dst = v
+	}
+}
+
+func (d *decoder) setBool(dst *bool, a *hcl2.Attribute, path string) {
+	if v, ok := d.bool(a, path); ok {
+		*dst = v
+	}
+}
+
+func (d *decoder) setInt(dst *int, a *hcl2.Attribute, path string) {
+	if v, ok := d.int(a, path); ok {
+		*dst = v
+	}
+}
+
+func (d *decoder) setFloat(dst *float64, a *hcl2.Attribute, path string) {
+	if v, ok := d.float(a, path); ok {
+		*dst = v
+	}
+}
+
+func (d *decoder) setDuration(dst *time.Duration, a *hcl2.Attribute, path string) {
+	if v, ok := d.duration(a, path); ok {
+		*dst = v
+	}
+}
+
+func (d *decoder) setStrList(dst *[]string, a *hcl2.Attribute, path string) {
+	if v, ok := d.strList(a, path); ok {
+		*dst = v
+	}
+}
+
+func (d *decoder) setStrMap(dst *map[string]string, a *hcl2.Attribute, path string) {
+	if v, ok := d.strMap(a, path); ok {
+		*dst = v
+	}
+}
+
 // strList reads a list of strings and remembers where each element was
 // written (path[i]) when the list is written out literally.
 func (d *decoder) strList(a *hcl2.Attribute, path string) ([]string, bool) {
@@ -291,10 +336,6 @@ func (d *decoder) attrsMap(b *hcl2.Block, path string) map[string]string {
 
 // checkReferences reports references to undeclared variables and locals
 // with a suggestion, which HCL's generic "Unsupported attribute" lacks.
-func (d *decoder) checkReferences(expr hcl2.Expression) hcl2.Diagnostics {
-	return checkReferences(d.ctx, expr)
-}
-
 func checkReferences(ctx *hcl2.EvalContext, expr hcl2.Expression) hcl2.Diagnostics {
 	var diags hcl2.Diagnostics
 	for _, tr := range expr.Variables() {
@@ -310,11 +351,9 @@ func checkReferences(ctx *hcl2.EvalContext, expr hcl2.Expression) hcl2.Diagnosti
 		if !obj.Type().IsObjectType() || obj.Type().HasAttribute(step.Name) {
 			continue
 		}
-		var known []string
-		for n := range obj.Type().AttributeTypes() {
-			known = append(known, n)
-		}
-		hint := suggest(step.Name, known)
+		// Sorted, so that of two names equally close the same is suggested
+		// every time.
+		hint := suggest(step.Name, sortedKeys(obj.Type().AttributeTypes()))
 		summary, detail := "Undeclared variable", fmt.Sprintf("There is no variable named %q.", step.Name)
 		if root == "local" {
 			summary, detail = "Undeclared local value", fmt.Sprintf("There is no local value named %q.", step.Name)

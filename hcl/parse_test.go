@@ -303,6 +303,8 @@ func TestScalingTargetFollowsMetric(t *testing.T) {
 		{"metric = \"concurrency\"", spec.MetricConcurrency, 100},
 		{"metric = \"rps\"\n    target = 30", spec.MetricRPS, 30},
 		{"target = 30", spec.MetricConcurrency, 30},
+		// null means "not set": the target still follows the metric.
+		{"metric = \"rps\"\n    target = null", spec.MetricRPS, spec.DefaultTarget(spec.MetricRPS)},
 	} {
 		f := mustParse(t, docker("  scaling {\n    "+tc.scaling+"\n  }"), Options{})
 		if s := f.Services[0].Scaling; s.Metric != tc.metric || s.Target != tc.target {

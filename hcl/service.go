@@ -2,7 +2,7 @@ package hcl
 
 import (
 	"fmt"
-	"time"
+	"slices"
 
 	hcl2 "github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -39,11 +39,7 @@ var (
 func schema(body hcl2.Body, attrs, blocks, mapNames []string, required ...string) *hcl2.BodySchema {
 	s := &hcl2.BodySchema{}
 	for _, a := range attrs {
-		req := false
-		for _, r := range required {
-			req = req || r == a
-		}
-		s.Attributes = append(s.Attributes, hcl2.AttributeSchema{Name: a, Required: req})
+		s.Attributes = append(s.Attributes, hcl2.AttributeSchema{Name: a, Required: slices.Contains(required, a)})
 	}
 	for _, b := range blocks {
 		s.Blocks = append(s.Blocks, hcl2.BlockHeaderSchema{Type: b})
@@ -102,39 +98,19 @@ func (d *decoder) decodeService(b *hcl2.Block) spec.Service {
 	a := c.Attributes
 	t := &svc.Template
 
-	if v, ok := d.str(a["namespace"], "namespace"); ok {
-		svc.Namespace = v
-	}
-	if v, ok := d.str(a["region"], "region"); ok {
-		t.Region = v
-	}
-	if v, ok := d.strList(a["datacenters"], "datacenters"); ok {
-		t.Datacenters = v
-	}
-	if v, ok := d.str(a["node_pool"], "node_pool"); ok {
-		t.NodePool = v
-	}
-	if v, ok := d.int(a["concurrency"], "concurrency"); ok {
-		t.Concurrency = v
-	}
-	if v, ok := d.duration(a["timeout"], "timeout"); ok {
-		t.Timeout = v
-	}
-	if v, ok := d.duration(a["response_start_timeout"], "response_start_timeout"); ok {
-		t.ResponseStartTimeout = v
-	}
-	if v, ok := d.duration(a["idle_timeout"], "idle_timeout"); ok {
-		t.IdleTimeout = v
-	}
-	if v, ok := d.strList(a["tags"], "tags"); ok {
-		t.Tags = v
-	}
+	d.setStr(&svc.Namespace, a["namespace"], "namespace")
+	d.setStr(&t.Region, a["region"], "region")
+	d.setStrList(&t.Datacenters, a["datacenters"], "datacenters")
+	d.setStr(&t.NodePool, a["node_pool"], "node_pool")
+	d.setInt(&t.Concurrency, a["concurrency"], "concurrency")
+	d.setDuration(&t.Timeout, a["timeout"], "timeout")
+	d.setDuration(&t.ResponseStartTimeout, a["response_start_timeout"], "response_start_timeout")
+	d.setDuration(&t.IdleTimeout, a["idle_timeout"], "idle_timeout")
+	d.setStrList(&t.Tags, a["tags"], "tags")
 	if v, ok := d.stringMap(c, "meta", "meta", "A service"); ok {
 		t.Meta = v
 	}
-	if v, ok := d.strList(a["domains"], "domains"); ok {
-		svc.Domains = v
-	}
+	d.setStrList(&svc.Domains, a["domains"], "domains")
 
 	for i, cb := range c.Blocks.OfType("constraint") {
 		t.Constraints = append(t.Constraints, d.decodeConstraint(cb, fmt.Sprintf("constraint[%d]", i)))
@@ -189,15 +165,9 @@ func (d *decoder) decodeConstraint(b *hcl2.Block, path string) spec.Constraint {
 	d.ranges[path] = b.DefRange
 	c := d.content(b.Body, schema(b.Body, []string{"attribute", "operator", "value"}, nil, nil), path)
 	var con spec.Constraint
-	if v, ok := d.str(c.Attributes["attribute"], path+".attribute"); ok {
-		con.Attribute = v
-	}
-	if v, ok := d.str(c.Attributes["operator"], path+".operator"); ok {
-		con.Operator = v
-	}
-	if v, ok := d.str(c.Attributes["value"], path+".value"); ok {
-		con.Value = v
-	}
+	d.setStr(&con.Attribute, c.Attributes["attribute"], path+".attribute")
+	d.setStr(&con.Operator, c.Attributes["operator"], path+".operator")
+	d.setStr(&con.Value, c.Attributes["value"], path+".value")
 	return con
 }
 
@@ -205,9 +175,7 @@ func (d *decoder) decodeTask(b *hcl2.Block, task *spec.Task) {
 	d.ranges["task"] = b.DefRange
 	c := d.content(b.Body, schema(b.Body, append([]string{"driver"}, taskAttrs...), taskBlocks, []string{"env"}, "driver"), "task")
 	a := c.Attributes
-	if v, ok := d.str(a["driver"], "task.driver"); ok {
-		task.Driver = v
-	}
+	d.setStr(&task.Driver, a["driver"], "task.driver")
 	if cb := d.single(c.Blocks, "config", "A task"); cb != nil {
 		d.ranges["task.config"] = cb.DefRange
 		task.Config = d.configBody(cb.Body, "task.config")
@@ -221,39 +189,21 @@ func (d *decoder) decodeTask(b *hcl2.Block, task *spec.Task) {
 	if rb := d.single(c.Blocks, "resources", "A task"); rb != nil {
 		d.ranges["task.resources"] = rb.DefRange
 		rc := d.content(rb.Body, schema(rb.Body, []string{"cpu", "memory"}, nil, nil), "task.resources")
-		if v, ok := d.int(rc.Attributes["cpu"], "task.resources.cpu"); ok {
-			task.Resources.CPU = v
-		}
-		if v, ok := d.int(rc.Attributes["memory"], "task.resources.memory"); ok {
-			task.Resources.MemoryMB = v
-		}
+		d.setInt(&task.Resources.CPU, rc.Attributes["cpu"], "task.resources.cpu")
+		d.setInt(&task.Resources.MemoryMB, rc.Attributes["memory"], "task.resources.memory")
 	}
-	if v, ok := d.int(a["port"], "task.port"); ok {
-		task.Port = v
-	}
-	if v, ok := d.str(a["user"], "task.user"); ok {
-		task.User = v
-	}
-	if v, ok := d.duration(a["kill_timeout"], "task.kill_timeout"); ok {
-		task.KillTimeout = v
-	}
+	d.setInt(&task.Port, a["port"], "task.port")
+	d.setStr(&task.User, a["user"], "task.user")
+	d.setDuration(&task.KillTimeout, a["kill_timeout"], "task.kill_timeout")
 	for i, ab := range c.Blocks.OfType("artifact") {
 		p := fmt.Sprintf("task.artifact[%d]", i)
 		d.ranges[p] = ab.DefRange
 		ac := d.content(ab.Body, schema(ab.Body, []string{"source", "destination", "mode", "options"}, nil, nil), p)
 		var art spec.Artifact
-		if v, ok := d.str(ac.Attributes["source"], p+".source"); ok {
-			art.Source = v
-		}
-		if v, ok := d.str(ac.Attributes["destination"], p+".destination"); ok {
-			art.Destination = v
-		}
-		if v, ok := d.str(ac.Attributes["mode"], p+".mode"); ok {
-			art.Mode = v
-		}
-		if v, ok := d.strMap(ac.Attributes["options"], p+".options"); ok {
-			art.Options = v
-		}
+		d.setStr(&art.Source, ac.Attributes["source"], p+".source")
+		d.setStr(&art.Destination, ac.Attributes["destination"], p+".destination")
+		d.setStr(&art.Mode, ac.Attributes["mode"], p+".mode")
+		d.setStrMap(&art.Options, ac.Attributes["options"], p+".options")
 		task.Artifacts = append(task.Artifacts, art)
 	}
 	for i, tb := range c.Blocks.OfType("template") {
@@ -261,21 +211,11 @@ func (d *decoder) decodeTask(b *hcl2.Block, task *spec.Task) {
 		d.ranges[p] = tb.DefRange
 		tc := d.content(tb.Body, schema(tb.Body, []string{"data", "source", "destination", "change_mode", "env"}, nil, nil), p)
 		var tp spec.TaskTemplate
-		if v, ok := d.str(tc.Attributes["data"], p+".data"); ok {
-			tp.Data = v
-		}
-		if v, ok := d.str(tc.Attributes["source"], p+".source"); ok {
-			tp.Source = v
-		}
-		if v, ok := d.str(tc.Attributes["destination"], p+".destination"); ok {
-			tp.Destination = v
-		}
-		if v, ok := d.str(tc.Attributes["change_mode"], p+".change_mode"); ok {
-			tp.ChangeMode = v
-		}
-		if v, ok := d.bool(tc.Attributes["env"], p+".env"); ok {
-			tp.Env = v
-		}
+		d.setStr(&tp.Data, tc.Attributes["data"], p+".data")
+		d.setStr(&tp.Source, tc.Attributes["source"], p+".source")
+		d.setStr(&tp.Destination, tc.Attributes["destination"], p+".destination")
+		d.setStr(&tp.ChangeMode, tc.Attributes["change_mode"], p+".change_mode")
+		d.setBool(&tp.Env, tc.Attributes["env"], p+".env")
 		task.Templates = append(task.Templates, tp)
 	}
 }
@@ -350,45 +290,25 @@ func (d *decoder) decodeProbe(b *hcl2.Block, name string, liveness bool) *spec.P
 	case "http":
 		kc := d.content(kind.Body, schema(kind.Body, []string{"path", "headers"}, nil, nil), name)
 		d.ranges[name+".path"] = kind.DefRange
-		if v, ok := d.str(kc.Attributes["path"], name+".path"); ok {
-			p.Path = v
-		}
-		if v, ok := d.strMap(kc.Attributes["headers"], name+".headers"); ok {
-			p.Headers = v
-		}
+		d.setStr(&p.Path, kc.Attributes["path"], name+".path")
+		d.setStrMap(&p.Headers, kc.Attributes["headers"], name+".headers")
 	case "tcp":
 		d.content(kind.Body, schema(kind.Body, nil, nil, nil), name)
 	case "grpc":
 		kc := d.content(kind.Body, schema(kind.Body, []string{"service"}, nil, nil), name)
-		if v, ok := d.str(kc.Attributes["service"], name+".service"); ok {
-			p.GRPCService = v
-		}
+		d.setStr(&p.GRPCService, kc.Attributes["service"], name+".service")
 	case "exec":
 		kc := d.content(kind.Body, schema(kind.Body, []string{"command"}, nil, nil, "command"), name)
 		d.ranges[name+".command"] = kind.DefRange
-		if v, ok := d.strList(kc.Attributes["command"], name+".command"); ok {
-			p.Command = v
-		}
+		d.setStrList(&p.Command, kc.Attributes["command"], name+".command")
 	}
 	a := c.Attributes
-	if v, ok := d.duration(a["initial_delay"], name+".initial_delay"); ok {
-		p.InitialDelay = v
-	}
-	if v, ok := d.duration(a["period"], name+".period"); ok {
-		p.Period = v
-	}
-	if v, ok := d.duration(a["timeout"], name+".timeout"); ok {
-		p.Timeout = v
-	}
-	if v, ok := d.int(a["success_threshold"], name+".success_threshold"); ok {
-		p.SuccessThreshold = v
-	}
-	if v, ok := d.int(a["failure_threshold"], name+".failure_threshold"); ok {
-		p.FailureThreshold = v
-	}
-	if v, ok := d.int(a["port"], name+".port"); ok {
-		p.Port = v
-	}
+	d.setDuration(&p.InitialDelay, a["initial_delay"], name+".initial_delay")
+	d.setDuration(&p.Period, a["period"], name+".period")
+	d.setDuration(&p.Timeout, a["timeout"], name+".timeout")
+	d.setInt(&p.SuccessThreshold, a["success_threshold"], name+".success_threshold")
+	d.setInt(&p.FailureThreshold, a["failure_threshold"], name+".failure_threshold")
+	d.setInt(&p.Port, a["port"], name+".port")
 	return &p
 }
 
@@ -396,47 +316,29 @@ func (d *decoder) decodeScaling(b *hcl2.Block, s *spec.Scaling) {
 	d.ranges["scaling"] = b.DefRange
 	c := d.content(b.Body, schema(b.Body, scalingAttrs, nil, nil), "scaling")
 	a := c.Attributes
-	ints := []struct {
-		name string
-		dst  *int
-	}{{"min", &s.Min}, {"max", &s.Max}, {"initial", &s.Initial}, {"activation_scale", &s.ActivationScale}}
-	for _, f := range ints {
-		if v, ok := d.int(a[f.name], "scaling."+f.name); ok {
-			*f.dst = v
-		}
-	}
-	floats := []struct {
-		name string
-		dst  *float64
-	}{
-		{"utilization", &s.Utilization}, {"panic_window_percentage", &s.PanicWindowPercentage},
-		{"panic_threshold_percentage", &s.PanicThresholdPercentage}, {"burst_capacity", &s.BurstCapacity},
-		{"max_scale_up_rate", &s.MaxScaleUpRate}, {"max_scale_down_rate", &s.MaxScaleDownRate},
-	}
-	for _, f := range floats {
-		if v, ok := d.float(a[f.name], "scaling."+f.name); ok {
-			*f.dst = v
-		}
-	}
-	durs := []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{"window", &s.Window}, {"scale_to_zero_grace", &s.ScaleToZeroGrace}, {"scale_down_delay", &s.ScaleDownDelay},
-	}
-	for _, f := range durs {
-		if v, ok := d.duration(a[f.name], "scaling."+f.name); ok {
-			*f.dst = v
-		}
-	}
+	d.setInt(&s.Min, a["min"], "scaling.min")
+	d.setInt(&s.Max, a["max"], "scaling.max")
+	d.setInt(&s.Initial, a["initial"], "scaling.initial")
+	d.setInt(&s.ActivationScale, a["activation_scale"], "scaling.activation_scale")
+	d.setFloat(&s.Utilization, a["utilization"], "scaling.utilization")
+	d.setFloat(&s.PanicWindowPercentage, a["panic_window_percentage"], "scaling.panic_window_percentage")
+	d.setFloat(&s.PanicThresholdPercentage, a["panic_threshold_percentage"], "scaling.panic_threshold_percentage")
+	d.setFloat(&s.BurstCapacity, a["burst_capacity"], "scaling.burst_capacity")
+	d.setFloat(&s.MaxScaleUpRate, a["max_scale_up_rate"], "scaling.max_scale_up_rate")
+	d.setFloat(&s.MaxScaleDownRate, a["max_scale_down_rate"], "scaling.max_scale_down_rate")
+	d.setDuration(&s.Window, a["window"], "scaling.window")
+	d.setDuration(&s.ScaleToZeroGrace, a["scale_to_zero_grace"], "scaling.scale_to_zero_grace")
+	d.setDuration(&s.ScaleDownDelay, a["scale_down_delay"], "scaling.scale_down_delay")
 	metricSet := false
 	if v, ok := d.str(a["metric"], "scaling.metric"); ok {
 		s.Metric = spec.Metric(v)
 		metricSet = true
 	}
+	// A target the file leaves out, or sets to null, follows the metric;
+	// one that failed to decode stays as it is (its error is reported).
 	if v, ok := d.float(a["target"], "scaling.target"); ok {
 		s.Target = v
-	} else if metricSet && a["target"] == nil {
+	} else if metricSet && !d.failed["scaling.target"] {
 		s.Target = spec.DefaultTarget(s.Metric)
 	}
 }
@@ -445,18 +347,10 @@ func (d *decoder) decodeTraffic(b *hcl2.Block, path string) spec.TrafficTarget {
 	d.ranges[path] = b.DefRange
 	c := d.content(b.Body, schema(b.Body, []string{"revision", "latest", "percent", "tag"}, nil, nil), path)
 	var tt spec.TrafficTarget
-	if v, ok := d.str(c.Attributes["revision"], path+".revision"); ok {
-		tt.Revision = v
-	}
-	if v, ok := d.bool(c.Attributes["latest"], path+".latest"); ok {
-		tt.Latest = v
-	}
-	if v, ok := d.int(c.Attributes["percent"], path+".percent"); ok {
-		tt.Percent = v
-	}
-	if v, ok := d.str(c.Attributes["tag"], path+".tag"); ok {
-		tt.Tag = v
-	}
+	d.setStr(&tt.Revision, c.Attributes["revision"], path+".revision")
+	d.setBool(&tt.Latest, c.Attributes["latest"], path+".latest")
+	d.setInt(&tt.Percent, c.Attributes["percent"], path+".percent")
+	d.setStr(&tt.Tag, c.Attributes["tag"], path+".tag")
 	return tt
 }
 
@@ -469,12 +363,8 @@ func (d *decoder) decodeConnect(b *hcl2.Block) *spec.Connect {
 		d.ranges[p] = ub.DefRange
 		uc := d.content(ub.Body, schema(ub.Body, []string{"destination", "local_bind_port"}, nil, nil), p)
 		var u spec.Upstream
-		if v, ok := d.str(uc.Attributes["destination"], p+".destination"); ok {
-			u.Destination = v
-		}
-		if v, ok := d.int(uc.Attributes["local_bind_port"], p+".local_bind_port"); ok {
-			u.LocalBindPort = v
-		}
+		d.setStr(&u.Destination, uc.Attributes["destination"], p+".destination")
+		d.setInt(&u.LocalBindPort, uc.Attributes["local_bind_port"], p+".local_bind_port")
 		conn.Upstreams = append(conn.Upstreams, u)
 	}
 	return conn

@@ -20,11 +20,9 @@ const EnvVarPrefix = "NOMAD_SERVERLESS_VAR_"
 type variable struct {
 	name  string
 	ty    cty.Type
-	def   cty.Value // cty.NilVal when there is no default
 	block *hcl2.Block
-
-	value  cty.Value
-	source string // where value came from, for messages
+	// value is cty.NilVal until the default or an outside value sets it.
+	value cty.Value
 }
 
 var variableSchema = &hcl2.BodySchema{
@@ -37,7 +35,7 @@ func functionsOnly() *hcl2.EvalContext {
 	return &hcl2.EvalContext{Functions: functions()}
 }
 
-// evalContext builds the context service blocks are evaluated in: var.*,
+// buildContext builds the context service blocks are evaluated in: var.*,
 // local.* and the functions. Values come, lowest precedence first, from each
 // variable's default, the NOMAD_SERVERLESS_VAR_<name> environment variable,
 // the -var-file files in order, and -var flags.
@@ -120,7 +118,7 @@ func declareVariables(blocks hcl2.Blocks) (map[string]*variable, hcl2.Diagnostic
 				})
 				continue
 			}
-			v.def, v.value, v.source = cv, cv, "default"
+			v.value = cv
 		}
 	}
 	return vars, diags
@@ -171,7 +169,7 @@ func assignVariables(p *hclparse.Parser, filename string, vars map[string]*varia
 				})
 				continue
 			}
-			v.value, v.source = cv, path
+			v.value = cv
 		}
 	}
 	for _, name := range sortedKeys(opts.Vars) {
@@ -219,7 +217,7 @@ func (v *variable) setRaw(raw, source string) hcl2.Diagnostics {
 			Subject: v.block.DefRange.Ptr(),
 		}}
 	}
-	v.value, v.source = cv, source
+	v.value = cv
 	return nil
 }
 

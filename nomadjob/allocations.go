@@ -39,16 +39,20 @@ type Allocation struct {
 }
 
 // Stopped reports whether the allocation is gone or on its way out.
-func (a Allocation) Stopped() bool {
-	return a.DesiredStatus != api.AllocDesiredStatusRun || isTerminal(a.ClientStatus)
+func (a Allocation) Stopped() bool { return allocStopped(a.ClientStatus, a.DesiredStatus) }
+
+// allocRunning: Nomad runs the allocation's tasks and means to keep it.
+func allocRunning(clientStatus, desiredStatus string) bool {
+	return clientStatus == api.AllocClientStatusRunning && desiredStatus == api.AllocDesiredStatusRun
 }
 
-func isTerminal(clientStatus string) bool {
+// allocStopped: the allocation is told to stop, or complete, failed or lost.
+func allocStopped(clientStatus, desiredStatus string) bool {
 	switch clientStatus {
 	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
 		return true
 	}
-	return false
+	return desiredStatus != api.AllocDesiredStatusRun
 }
 
 // Allocations lists a revision's current allocations (Nomad's default: the
@@ -69,7 +73,7 @@ func (c *Client) Allocations(ctx context.Context, revision string) ([]Allocation
 			Created: time.Unix(0, s.CreateTime).UTC(),
 			Failure: FailureSummary(s.ClientStatus, s.ClientDescription, s.TaskStates),
 		}
-		a.Running = a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun
+		a.Running = allocRunning(a.ClientStatus, a.DesiredStatus)
 		for _, ts := range s.TaskStates {
 			if ts != nil {
 				a.Restarts += int(ts.Restarts)

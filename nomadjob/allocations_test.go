@@ -56,6 +56,10 @@ func TestFailureSummary(t *testing.T) {
 		{name: "artifact", clientStatus: "failed", states: map[string]*api.TaskState{
 			"user": {State: "dead", Failed: true, Events: []*api.TaskEvent{ev(api.TaskArtifactDownloadFailed, func(e *api.TaskEvent) { e.DownloadError = "bad response code: 404" })}},
 		}, want: []string{"task user: artifact download failed: bad response code: 404"}},
+		{name: "both tasks failed", clientStatus: "failed", states: map[string]*api.TaskState{
+			"queue-proxy": {State: "dead", Failed: true, Events: []*api.TaskEvent{ev(api.TaskDriverFailure, func(e *api.TaskEvent) { e.DisplayMessage = "proxy broke" })}},
+			"user":        {State: "dead", Failed: true, Events: []*api.TaskEvent{ev(api.TaskTerminated, func(e *api.TaskEvent) { e.ExitCode = 2 })}},
+		}, want: []string{"task user: exited with code 2; task queue-proxy: driver failure: proxy broke"}},
 		{name: "failed without task events", clientStatus: "failed", desc: "Failed tasks", want: []string{"Failed tasks"}},
 		{name: "lost", clientStatus: "lost", want: []string{"allocation lost"}},
 	} {

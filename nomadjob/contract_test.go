@@ -573,6 +573,7 @@ func TestOptionsErrors(t *testing.T) {
 
 func TestCompileIsPureAndDoesNotAlias(t *testing.T) {
 	svc := rawExecBinary()
+	svc.Template.Task.Env = map[string]string{"A": "1"}
 	rev := spec.NewRevision(&svc, 1)
 	a, err := Compile(rev, testOptions())
 	if err != nil {

@@ -79,16 +79,14 @@ var ErrStreamEnded = errors.New("Nomad event stream ended")
 // oldest it has: a caller that cannot afford to miss a change (a cache of
 // every revision) lists again before reopening, rather than resuming.
 func (c *Client) StreamEvents(ctx context.Context, since uint64, fn func(Event)) (uint64, error) {
-	const op = "watch Nomad events"
-	topics := map[api.Topic][]string{api.TopicJob: nil, api.TopicAllocation: nil}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, err := c.api.EventStream().Stream(sctx, topics, since, c.query(sctx, api.AllNamespacesNamespace))
+	ch, err := c.openStream(sctx, since)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return since, cerr
 		}
-		return since, c.wrap(op, api.AllNamespacesNamespace, capRead, err)
+		return since, c.wrap(watchOp, api.AllNamespacesNamespace, capRead, err)
 	}
 	index, _, err := c.drain(ctx, ch, since, newEventFilter(), fn)
 	if cerr := ctx.Err(); cerr != nil {
@@ -108,8 +106,6 @@ func (c *Client) StreamEvents(ctx context.Context, since uint64, fn func(Event))
 // the events (see StreamEvents for callers that cannot risk a gap). It returns ctx's error when ctx ends, or an error Nomad will
 // keep giving (a permission error, for one) without retrying.
 func (c *Client) WatchEvents(ctx context.Context, since uint64, fn func(Event)) error {
-	const op = "watch Nomad events"
-	topics := map[api.Topic][]string{api.TopicJob: nil, api.TopicAllocation: nil}
 	f := newEventFilter()
 	index := since
 	backoff := c.backoffMin
@@ -118,7 +114,7 @@ func (c *Client) WatchEvents(ctx context.Context, since uint64, fn func(Event)) 
 			return err
 		}
 		sctx, cancel := context.WithCancel(ctx)
-		ch, err := c.api.EventStream().Stream(sctx, topics, index, c.query(sctx, api.AllNamespacesNamespace))
+		ch, err := c.openStream(sctx, index)
 		streamed := false
 		if err == nil {
 			streamed = true
@@ -137,7 +133,7 @@ func (c *Client) WatchEvents(ctx context.Context, since uint64, fn func(Event)) 
 		if streamed {
 			c.log.Warn("Nomad event stream ended; reconnecting", "addr", c.addr, "index", index, "retry_in", backoff, "err", err)
 		} else {
-			werr := c.wrap(op, api.AllNamespacesNamespace, capRead, err)
+			werr := c.wrap(watchOp, api.AllNamespacesNamespace, capRead, err)
 			if !IsTransient(werr) {
 				return werr
 			}
@@ -152,6 +148,16 @@ func (c *Client) WatchEvents(ctx context.Context, since uint64, fn func(Event)) 
 		}
 		backoff = min(2*backoff, c.backoffMax)
 	}
+}
+
+// watchOp names the event stream in errors.
+const watchOp = "watch Nomad events"
+
+// openStream opens Nomad's event stream for topics Job and Allocation in
+// every namespace, from index.
+func (c *Client) openStream(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+	topics := map[api.Topic][]string{api.TopicJob: nil, api.TopicAllocation: nil}
+	return c.api.EventStream().Stream(ctx, topics, index, c.query(ctx, api.AllNamespacesNamespace))
 }
 
 // drain delivers events from an open stream until it breaks or ctx ends.
@@ -267,8 +273,8 @@ func (f *eventFilter) allocation(c *Client, e api.Event) (Event, bool) {
 		ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus,
 	}
 	ae.Address, ae.HTTPPort, ae.AdminPort = allocPorts(a.AllocatedResources, a.Resources)
-	ae.Running = a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun
-	ae.Stopped = a.DesiredStatus != api.AllocDesiredStatusRun || isTerminal(a.ClientStatus)
+	ae.Running = allocRunning(a.ClientStatus, a.DesiredStatus)
+	ae.Stopped = allocStopped(a.ClientStatus, a.DesiredStatus)
 	return Event{Kind: EventAllocationUpdated, Index: e.Index, Allocation: ae}, true
 }
 

@@ -164,7 +164,6 @@ func (w *jobspecWriter) fail(path string, format string, a ...any) {
 // with groups and tasks (the bulk of a job) last.
 func (w *jobspecWriter) body(b *hclwrite.Body, v reflect.Value, path string) {
 	fields := specFields(v.Type())
-	last := func(f specField) bool { return f.name == "group" || f.name == "task" }
 	for _, f := range fields {
 		fv := v.Field(f.index)
 		if !isSet(fv) {
@@ -173,8 +172,8 @@ func (w *jobspecWriter) body(b *hclwrite.Body, v reflect.Value, path string) {
 		switch {
 		case f.kind == kindNone:
 			w.fail(path+"."+f.path, "set, but a jobspec has no place for it")
-		case f.kind == kindAttr && v.Type() == reflect.TypeFor[api.Job]() && f.path == "Name" && fv.Elem().String() == v.FieldByName("ID").Elem().String():
-			// The name defaults to the ID, the job's label.
+		case f.kind == kindAttr && isDefaultJobName(v, f):
+			// Not written: the label says it.
 		case f.kind == kindAttr:
 			w.attr(b, f.name, fv, path)
 		case objectMap(fv):
@@ -185,11 +184,22 @@ func (w *jobspecWriter) body(b *hclwrite.Body, v reflect.Value, path string) {
 	}
 	for _, pass := range []bool{false, true} {
 		for _, f := range fields {
-			if fv := v.Field(f.index); (f.kind == kindBlock || f.kind == kindNested) && last(f) == pass && isSet(fv) && !objectMap(fv) {
+			if fv := v.Field(f.index); (f.kind == kindBlock || f.kind == kindNested) && writtenLast(f) == pass && isSet(fv) && !objectMap(fv) {
 				w.blocks(b, f, fv, path)
 			}
 		}
 	}
+}
+
+// writtenLast reports whether a block field is written after the others:
+// groups and tasks, the bulk of a job.
+func writtenLast(f specField) bool { return f.name == "group" || f.name == "task" }
+
+// isDefaultJobName reports whether f is a job's Name equal to its ID: the
+// name defaults to the ID, the job's label, so it is not written.
+func isDefaultJobName(v reflect.Value, f specField) bool {
+	return v.Type() == reflect.TypeFor[api.Job]() && f.path == "Name" &&
+		v.Field(f.index).Elem().String() == v.FieldByName("ID").Elem().String()
 }
 
 // objectMap reports whether a block field is a map of values with a key
@@ -331,8 +341,6 @@ func valueTokens(v any) (hclwrite.Tokens, error) {
 	case nil:
 		return hclwrite.TokensForIdentifier("null"), nil
 	case time.Duration:
-		return stringTokens(x.String()), nil
-	case *time.Duration:
 		return stringTokens(x.String()), nil
 	case string:
 		return stringTokens(x), nil
@@ -518,7 +526,6 @@ func blockPath(parent, typ string, labels []string, seen map[string]int) string 
 func flattenJob(out map[string]string, v reflect.Value, path string) {
 	seen := map[string]int{}
 	fields := specFields(v.Type())
-	last := func(f specField) bool { return f.name == "group" || f.name == "task" }
 	for _, f := range fields {
 		fv := v.Field(f.index)
 		if !isSet(fv) || f.kind == kindLabel || f.kind == kindSkip || f.kind == kindBlock || f.kind == kindNested {
@@ -528,7 +535,7 @@ func flattenJob(out map[string]string, v reflect.Value, path string) {
 			out[path+"."+f.path] = "(a field with no jobspec form)"
 			continue
 		}
-		if v.Type() == reflect.TypeFor[api.Job]() && f.path == "Name" && fv.Elem().String() == v.FieldByName("ID").Elem().String() {
+		if isDefaultJobName(v, f) {
 			continue
 		}
 		flattenValue(out, path+"."+f.name, fv.Interface())
@@ -536,7 +543,7 @@ func flattenJob(out map[string]string, v reflect.Value, path string) {
 	for _, pass := range []bool{false, true} {
 		for _, f := range fields {
 			fv := reflect.Indirect(v.Field(f.index))
-			if (f.kind != kindBlock && f.kind != kindNested) || last(f) != pass || !isSet(v.Field(f.index)) {
+			if (f.kind != kindBlock && f.kind != kindNested) || writtenLast(f) != pass || !isSet(v.Field(f.index)) {
 				continue
 			}
 			switch fv.Kind() {
@@ -604,9 +611,6 @@ func flattenValue(out map[string]string, path string, v any) {
 			out[path] = "null"
 			return
 		}
-		if _, ok := rv.Interface().(*time.Duration); ok {
-			break
-		}
 		rv = rv.Elem()
 	}
 	if !rv.IsValid() {
@@ -615,9 +619,6 @@ func flattenValue(out map[string]string, path string, v any) {
 	}
 	switch x := rv.Interface().(type) {
 	case time.Duration:
-		out[path] = strconv.Quote(x.String())
-		return
-	case *time.Duration:
 		out[path] = strconv.Quote(x.String())
 		return
 	case json.Number:

@@ -96,20 +96,14 @@ func RevisionFromJob(job *api.Job) (RevisionInfo, error) {
 			info.Created = ts
 		}
 	}
-	if job.Stop != nil {
-		info.Stopped = *job.Stop
-	}
-	if job.JobModifyIndex != nil {
-		info.JobModifyIndex = *job.JobModifyIndex
-	}
+	info.Stopped = deref(job.Stop, false)
+	info.JobModifyIndex = deref(job.JobModifyIndex, 0)
 
 	g := appGroup(job)
 	if g == nil {
 		bad("no group %q", spec.GroupName)
 	} else {
-		if g.Count != nil {
-			info.Count = *g.Count
-		}
+		info.Count = deref(g.Count, 0)
 		for _, svc := range g.Services {
 			if svc != nil && svc.Name == id {
 				info.ServiceTags = append([]string(nil), svc.Tags...)
