@@ -120,6 +120,32 @@ type Gateway struct {
 // HostPort is where the gateway serves requests.
 func (g Gateway) HostPort() string { return net.JoinHostPort(g.Address, strconv.Itoa(g.Port)) }
 
+// AdminHostPort is where the replica serves its admin API.
+func (g Gateway) AdminHostPort() string {
+	return net.JoinHostPort(g.Address, strconv.Itoa(g.AdminPort))
+}
+
+// LeaderGateway is the registration of the replica that holds the lock on
+// key (AutoscalerLockKey: the autoscaler's leader), found by the replica
+// name the lock's value holds. It reports false when nobody holds the lock,
+// or the holder has no passing registration with an admin port (yet).
+func (c *Client) LeaderGateway(ctx context.Context, key string) (Gateway, bool, error) {
+	holder, held, err := c.Leader(ctx, key)
+	if err != nil || !held {
+		return Gateway{}, false, err
+	}
+	gws, err := c.Gateways(ctx)
+	if err != nil {
+		return Gateway{}, false, err
+	}
+	for _, g := range gws {
+		if g.Replica == holder && g.AdminPort != 0 {
+			return g, true, nil
+		}
+	}
+	return Gateway{}, false, nil
+}
+
 // Gateways lists the control-plane replicas whose check passes, sorted by
 // ID: where users' requests enter.
 func (c *Client) Gateways(ctx context.Context) ([]Gateway, error) {
@@ -148,14 +174,17 @@ func (c *Client) Gateways(ctx context.Context) ([]Gateway, error) {
 // given to RegisterActivator; empty for the default).
 func (c *Client) DeregisterActivator(ctx context.Context, id string) error {
 	id = c.activatorID(id)
-	if err := c.api.Agent().ServiceDeregisterOpts(id, c.q(ctx)); err != nil {
-		err = c.wrap("deregister the activator "+id, err)
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		return err
+	return c.deregister(ctx, "deregister the activator "+id, id)
+}
+
+// deregister removes a service registration from the local agent; an
+// absent one is not an error.
+func (c *Client) deregister(ctx context.Context, op, id string) error {
+	err := c.wrap(op, c.api.Agent().ServiceDeregisterOpts(id, c.q(ctx)))
+	if errors.Is(err, ErrNotFound) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // ensureHTTPDefaults writes service-defaults protocol http for name unless
@@ -165,16 +194,11 @@ func (c *Client) ensureHTTPDefaults(ctx context.Context, name string) error {
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	want := serviceDefaults(name)
-	if cur, ok := e.(*api.ServiceConfigEntry); ok {
-		if cur.Protocol == ProtocolHTTP {
-			return nil
-		}
-		merged := *cur
-		merged.Protocol, merged.CreateIndex, merged.ModifyIndex = ProtocolHTTP, 0, 0
-		want = &merged
+	cur, _ := e.(*api.ServiceConfigEntry)
+	if cur != nil && cur.Protocol == ProtocolHTTP {
+		return nil
 	}
-	return c.setEntry(ctx, want)
+	return c.setEntry(ctx, withProtocol(cur, serviceDefaults(name)))
 }
 
 // StandInID is the Consul service ID of this replica's stand-in instance for
@@ -243,12 +267,5 @@ func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, 
 // absent one is not an error.
 func (c *Client) DeregisterStandIn(ctx context.Context, revision string) error {
 	id := c.StandInID(revision)
-	if err := c.api.Agent().ServiceDeregisterOpts(id, c.q(ctx)); err != nil {
-		err = c.wrap("deregister the activator stand-in "+id, err)
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		return err
-	}
-	return nil
+	return c.deregister(ctx, "deregister the activator stand-in "+id, id)
 }

@@ -138,6 +138,12 @@ func (c *Client) q(ctx context.Context) *api.QueryOptions {
 	return (&api.QueryOptions{}).WithContext(ctx)
 }
 
+// blocking is the options of a blocking query waiting on index (0: answer
+// at once) for at most the client's wait time.
+func (c *Client) blocking(ctx context.Context, index uint64) *api.QueryOptions {
+	return (&api.QueryOptions{WaitIndex: index, WaitTime: c.wait}).WithContext(ctx)
+}
+
 func (c *Client) w(ctx context.Context) *api.WriteOptions {
 	return (&api.WriteOptions{}).WithContext(ctx)
 }

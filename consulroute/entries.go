@@ -63,6 +63,18 @@ func serviceDefaults(name string) *api.ServiceConfigEntry {
 	return &api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: name, Protocol: ProtocolHTTP}
 }
 
+// withProtocol is the service-defaults to write when cur (nil: none) does
+// not say want's protocol: cur with only the protocol changed, keeping
+// whatever else someone configured for the service, or want itself.
+func withProtocol(cur, want *api.ServiceConfigEntry) *api.ServiceConfigEntry {
+	if cur == nil {
+		return want
+	}
+	merged := *cur
+	merged.Protocol, merged.CreateIndex, merged.ModifyIndex = want.Protocol, 0, 0
+	return &merged
+}
+
 // revisionResolver fails over to the activator when the revision has no
 // healthy instance, so a mesh client calling a scaled-to-zero revision
 // reaches the activator, which wakes it (fixture 033).

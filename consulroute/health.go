@@ -2,12 +2,10 @@ package consulroute
 
 import (
 	"context"
-	"slices"
 	"sort"
 	"strings"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // InstanceHealth is one instance of a revision with its Consul health,
@@ -32,11 +30,10 @@ func (c *Client) Health(ctx context.Context, revision string) ([]InstanceHealth,
 	}
 	out := make([]InstanceHealth, 0, len(entries))
 	for _, e := range entries {
-		if e == nil || e.Service == nil || slices.Contains(e.Service.Tags, spec.TagActivator) {
+		if !isInstance(e) {
 			continue
 		}
-		in := instancesFrom(revision, []*api.ServiceEntry{e})
-		h := InstanceHealth{Instance: in[0], Status: e.Checks.AggregatedStatus()}
+		h := InstanceHealth{Instance: instanceFrom(revision, e), Status: e.Checks.AggregatedStatus()}
 		h.Passing = h.Status == api.HealthPassing
 		var failing, service []string
 		for _, chk := range e.Checks {

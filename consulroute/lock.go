@@ -162,7 +162,7 @@ func (l *Lock) runSession(ctx context.Context, lead func(context.Context)) error
 		}
 		// Held by another: block on the key until it looks free.
 		for sctx.Err() == nil {
-			p, meta, err := kv.Get(l.key, (&api.QueryOptions{WaitIndex: index, WaitTime: l.c.wait}).WithContext(sctx))
+			p, meta, err := kv.Get(l.key, l.c.blocking(sctx, index))
 			if err != nil {
 				if sctx.Err() != nil {
 					break
@@ -180,15 +180,6 @@ func (l *Lock) runSession(ctx context.Context, lead func(context.Context)) error
 		return cause
 	}
 	return nil
-}
-
-// nextIndex applies Consul's rules for a blocking query's next index: reset
-// when it goes backwards, never 0 after a first answer.
-func nextIndex(prev, got uint64) uint64 {
-	if got < prev {
-		return 0
-	}
-	return max(got, 1)
 }
 
 // renew keeps the session alive; it cancels sctx with errSessionLost when
@@ -246,7 +237,7 @@ func (l *Lock) watchHeld(lctx context.Context, sid string, cancel context.Cancel
 	var index uint64
 	failures := 0
 	for lctx.Err() == nil {
-		p, meta, err := l.c.api.KV().Get(l.key, (&api.QueryOptions{WaitIndex: index, WaitTime: l.c.wait}).WithContext(lctx))
+		p, meta, err := l.c.api.KV().Get(l.key, l.c.blocking(lctx, index))
 		if err != nil {
 			if lctx.Err() != nil {
 				return

@@ -51,7 +51,7 @@ func (c *Client) Publish(ctx context.Context, rec Record, casIndex uint64) error
 		return fmt.Errorf("%s: the service changed meanwhile (index %d, expected %d): %w", op, cur.ModifyIndex, casIndex, ErrConflict)
 	}
 
-	if _, err := c.applyEntries(ctx, desiredEntries(rec, route)); err != nil {
+	if err := c.applyEntries(ctx, desiredEntries(rec, route)); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 
@@ -91,7 +91,7 @@ func (c *Client) restoreAfterConflict(ctx context.Context, op, namespace, servic
 	}
 	route, err := winner.validate()
 	if err == nil {
-		_, err = c.applyEntries(ctx, desiredEntries(winner, route))
+		err = c.applyEntries(ctx, desiredEntries(winner, route))
 	}
 	if err != nil {
 		return errors.Join(conflict, fmt.Errorf("restore the winning deploy's route: %w", err))
@@ -99,12 +99,12 @@ func (c *Client) restoreAfterConflict(ctx context.Context, op, namespace, servic
 	return conflict
 }
 
-// applyEntries brings Consul's entries to set, writing only what differs.
-// It returns what it changed ("set service-splitter hello").
-func (c *Client) applyEntries(ctx context.Context, set entrySet) ([]string, error) {
+// applyEntries brings Consul's entries to set, writing only what differs,
+// and logs what it changed ("set service-splitter hello") at debug level.
+func (c *Client) applyEntries(ctx context.Context, set entrySet) error {
 	have, err := c.readEntries(ctx, set.service)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var changed []string
 	put := func(e api.ConfigEntry) error {
@@ -123,19 +123,12 @@ func (c *Client) applyEntries(ctx context.Context, set entrySet) ([]string, erro
 	}
 
 	for _, want := range set.defaults {
-		cur, ok := have.defaults[want.Name]
-		if ok && cur.Protocol == want.Protocol {
+		cur := have.defaults[want.Name]
+		if cur != nil && cur.Protocol == want.Protocol {
 			continue
 		}
-		if ok {
-			// Keep whatever else someone configured for this service;
-			// only the protocol is ours to set.
-			merged := *cur
-			merged.Protocol, merged.CreateIndex, merged.ModifyIndex = want.Protocol, 0, 0
-			want = &merged
-		}
-		if err := put(want); err != nil {
-			return changed, err
+		if err := put(withProtocol(cur, want)); err != nil {
+			return err
 		}
 	}
 	for _, want := range set.resolvers {
@@ -143,42 +136,42 @@ func (c *Client) applyEntries(ctx context.Context, set entrySet) ([]string, erro
 			continue
 		}
 		if err := put(want); err != nil {
-			return changed, err
+			return err
 		}
 	}
 	switch {
 	case set.router == nil && have.router != nil:
 		if err := del(api.ServiceRouter, set.service); err != nil {
-			return changed, err
+			return err
 		}
 	case set.router != nil && (have.router == nil || !sameEntry(have.router, set.router)):
 		if err := put(set.router); err != nil {
-			return changed, err
+			return err
 		}
 	}
 	if have.splitter == nil || !sameEntry(have.splitter, set.splitter) {
 		if err := put(set.splitter); err != nil {
-			return changed, err
+			return err
 		}
 	}
 	for _, rev := range set.stale {
 		if _, ok := have.resolvers[rev]; ok {
 			if err := del(api.ServiceResolver, rev); err != nil {
-				return changed, err
+				return err
 			}
 		}
 	}
 	for _, rev := range set.stale {
 		if _, ok := have.defaults[rev]; ok {
 			if err := del(api.ServiceDefaults, rev); err != nil {
-				return changed, err
+				return err
 			}
 		}
 	}
 	if len(changed) > 0 {
 		c.log.DebugContext(ctx, "consul route entries written", "service", set.service, "changes", changed)
 	}
-	return changed, nil
+	return nil
 }
 
 // existingEntries is what Consul holds of the kinds Publish writes.

@@ -179,7 +179,7 @@ func TestPublishRefusedByConsulSurfacesItsWords(t *testing.T) {
 
 func TestConcurrentPublishesLeaveConsulMatchingTheRecord(t *testing.T) {
 	for round := range 10 {
-		f, addr := newFakeConsul(t)
+		_, addr := newFakeConsul(t)
 		c := testClient(t, addr)
 		ctx := ctxTimeout(t, 20*time.Second)
 		base := recordWith(nil, "hello-00001", []string{"hello-00001"}, nil)
@@ -225,7 +225,6 @@ func TestConcurrentPublishesLeaveConsulMatchingTheRecord(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("round %d: Consul routes %+v but the record says %+v", round, got, want)
 		}
-		_ = f
 	}
 }
 

@@ -26,8 +26,7 @@ func (c *Client) watch(ctx context.Context, what string, query blockingQuery, ch
 	var index uint64
 	failures := 0
 	for ctx.Err() == nil {
-		q := (&api.QueryOptions{WaitIndex: index, WaitTime: c.wait}).WithContext(ctx)
-		next, err := query(q)
+		next, err := query(c.blocking(ctx, index))
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -39,16 +38,21 @@ func (c *Client) watch(ctx context.Context, what string, query blockingQuery, ch
 			continue
 		}
 		failures = 0
-		switch {
-		case index != 0 && next == index:
+		if index != 0 && next == index {
 			continue
-		case next < index:
-			index = 0
-		default:
-			index = max(next, 1)
 		}
+		index = nextIndex(index, next)
 		changed()
 	}
+}
+
+// nextIndex applies Consul's rules for a blocking query's next index: reset
+// when it goes backwards, never 0 after a first answer.
+func nextIndex(prev, got uint64) uint64 {
+	if got < prev {
+		return 0
+	}
+	return max(got, 1)
 }
 
 // WatchRecords follows every service record (KV prefix
@@ -119,25 +123,38 @@ func (c *Client) ReadyInstances(ctx context.Context, revision string) ([]Instanc
 	return instancesFrom(revision, entries), nil
 }
 
+// instancesFrom lists a revision's instances in a health answer, sorted by
+// ID, the activator's stand-ins left out.
 func instancesFrom(revision string, entries []*api.ServiceEntry) []Instance {
 	out := make([]Instance, 0, len(entries))
 	for _, e := range entries {
-		if e == nil || e.Service == nil || slices.Contains(e.Service.Tags, spec.TagActivator) {
-			continue
+		if isInstance(e) {
+			out = append(out, instanceFrom(revision, e))
 		}
-		addr := e.Service.Address
-		if addr == "" && e.Node != nil {
-			addr = e.Node.Address
-		}
-		admin, _ := strconv.Atoi(e.Service.Meta[spec.ServiceMetaAdminPort])
-		out = append(out, Instance{
-			ID:        e.Service.ID,
-			Revision:  revision,
-			Address:   addr,
-			Port:      e.Service.Port,
-			AdminPort: admin,
-		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// isInstance reports whether a health entry is a real instance, not an
+// activator stand-in.
+func isInstance(e *api.ServiceEntry) bool {
+	return e != nil && e.Service != nil && !slices.Contains(e.Service.Tags, spec.TagActivator)
+}
+
+// instanceFrom reads one instance of a revision from its health entry; the
+// node's address stands in for a service registered without one.
+func instanceFrom(revision string, e *api.ServiceEntry) Instance {
+	addr := e.Service.Address
+	if addr == "" && e.Node != nil {
+		addr = e.Node.Address
+	}
+	admin, _ := strconv.Atoi(e.Service.Meta[spec.ServiceMetaAdminPort])
+	return Instance{
+		ID:        e.Service.ID,
+		Revision:  revision,
+		Address:   addr,
+		Port:      e.Service.Port,
+		AdminPort: admin,
+	}
 }

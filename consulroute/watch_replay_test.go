@@ -293,3 +293,38 @@ func TestGatewaysFromActivatorRegistrations(t *testing.T) {
 		t.Errorf("gateways %+v", gws)
 	}
 }
+
+func TestLeaderGatewayIsTheLockHoldersRegistration(t *testing.T) {
+	activators := func(entries ...any) fixtures.Exchange {
+		return synthetic("activators", "GET", "/v1/health/service/"+spec.ActivatorServiceName, map[string]string{"passing": "1"}, 200, "60", entries)
+	}
+	other := healthEntry("nomad-serverless-activator-replica-2", spec.ActivatorServiceName, 8080, []string{"serverless"},
+		map[string]string{"admin-port": "9092", "replica": "replica-2"})
+	noAdmin := healthEntry("nomad-serverless-activator-replica-1", spec.ActivatorServiceName, 8080, []string{"serverless"},
+		map[string]string{"replica": "replica-1"})
+	leader := healthEntry("nomad-serverless-activator-replica-1", spec.ActivatorServiceName, 8080, []string{"serverless"},
+		map[string]string{"admin-port": "9091", "replica": "replica-1"})
+	// Fixture 053: the lock is held, its value names replica-1.
+	c, replay := replayClient(t,
+		fx(t, "053-lock-read.json"), activators(other, noAdmin),
+		fx(t, "053-lock-read.json"), activators(other, leader),
+	)
+	ctx := ctxTimeout(t, 5*time.Second)
+	if g, ok, err := c.LeaderGateway(ctx, leaderKey); err != nil || ok {
+		t.Errorf("LeaderGateway = %+v, %v, %v; want none while the holder has no admin port", g, ok, err)
+	}
+	g, ok, err := c.LeaderGateway(ctx, leaderKey)
+	if err != nil || !ok || g.Replica != "replica-1" || g.AdminHostPort() != "127.0.0.1:9091" {
+		t.Errorf("LeaderGateway = %+v, %v, %v; want replica-1 with admin 127.0.0.1:9091", g, ok, err)
+	}
+	replay.AssertAllUsed(t)
+
+	free := synthetic("lock key never taken", "GET", "/v1/kv/"+leaderKey, nil, 404, "56", nil)
+	c, replay = replayClient(t, free)
+	if g, ok, err := c.LeaderGateway(ctx, leaderKey); err != nil || ok {
+		t.Errorf("LeaderGateway of a free lock = %+v, %v, %v; want none", g, ok, err)
+	}
+	if n := len(replay.Received()); n != 1 {
+		t.Errorf("sent %d requests for a free lock, want only the read of the key", n)
+	}
+}

@@ -432,24 +432,13 @@ func mergeRevisions(have []string, latest string, traffic []spec.TrafficTarget) 
 	return out
 }
 
+// describeTraffic is a record's route on one line (see describeRoute).
 func describeTraffic(rec consulroute.Record) string {
 	route, err := rec.Route()
 	if err != nil {
 		return "invalid: " + err.Error()
 	}
-	var parts []string
-	for _, s := range route.Splits {
-		parts = append(parts, fmt.Sprintf("%s %d%%", s.Revision, s.Percent))
-	}
-	tags := make([]string, 0, len(route.Tags))
-	for tag := range route.Tags {
-		tags = append(tags, tag)
-	}
-	slices.Sort(tags)
-	for _, tag := range tags {
-		parts = append(parts, fmt.Sprintf("tag %s -> %s", tag, route.Tags[tag]))
-	}
-	return strings.Join(parts, ", ")
+	return describeRoute(route)
 }
 
 // waitReady waits until want instances of the revision pass their Consul

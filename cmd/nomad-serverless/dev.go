@@ -60,12 +60,7 @@ type devConfig struct {
 }
 
 func runDev(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprint(e.stderr, devUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "dev", devUsage)
 	c := devConfig{ReadyTimeout: 90 * time.Second, StopGrace: 30 * time.Second, Poll: 200 * time.Millisecond}
 	var demo bool
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "gateway address")

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -116,7 +115,6 @@ func (in *inspector) view(ctx context.Context, namespace, service string, autosc
 			}
 		}
 		if st, ok := autoscalerState[r.Name]; ok {
-			st := st
 			row.Autoscaler = &st
 		}
 		if withEvents && row.Autoscaler == nil {
@@ -159,39 +157,29 @@ func (in *inspector) urls(ctx context.Context, rec consulroute.Record) []string 
 // not an error: the map is empty.
 func (in *inspector) autoscalerStates(ctx context.Context, service string) map[string]autoscaler.RevisionState {
 	out := map[string]autoscaler.RevisionState{}
-	leader, ok, err := in.consul.Leader(ctx, consulroute.AutoscalerLockKey)
-	if err != nil || !ok {
+	g, ok, _ := in.consul.LeaderGateway(ctx, consulroute.AutoscalerLockKey)
+	if !ok {
 		return out
 	}
-	gws, err := in.consul.Gateways(ctx)
+	u := url.URL{Scheme: "http", Host: g.AdminHostPort(), Path: autoscaler.PathRevisions}
+	if service != "" {
+		u.RawQuery = url.Values{"service": {service}}.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return out
 	}
-	for _, g := range gws {
-		if g.Replica != leader || g.AdminPort == 0 {
-			continue
-		}
-		u := url.URL{Scheme: "http", Host: g.Address + ":" + strconv.Itoa(g.AdminPort), Path: autoscaler.PathRevisions}
-		if service != "" {
-			u.RawQuery = url.Values{"service": {service}}.Encode()
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-		if err != nil {
-			return out
-		}
-		resp, err := in.http.Do(req)
-		if err != nil {
-			return out
-		}
-		var states []autoscaler.RevisionState
-		err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&states)
-		resp.Body.Close()
-		if err != nil {
-			return out
-		}
-		for _, s := range states {
-			out[s.Revision] = s
-		}
+	resp, err := in.http.Do(req)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	var states []autoscaler.RevisionState
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&states); err != nil {
+		return out
+	}
+	for _, s := range states {
+		out[s.Revision] = s
 	}
 	return out
 }

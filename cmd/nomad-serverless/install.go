@@ -30,12 +30,7 @@ Options:
 // runInstall renders (and with -apply registers) the control plane's job.
 func runInstall(ctx context.Context, e *env, args []string) int {
 	o := installDefaults()
-	fs := flag.NewFlagSet("install", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprint(e.stderr, installUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "install", installUsage)
 	var datacenters, format, out string
 	var policiesOnly, apply bool
 	fs.StringVar(&o.JobName, "job", o.JobName, "Nomad job ID of the control plane")

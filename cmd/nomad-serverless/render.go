@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -89,16 +90,15 @@ from -generation, since only the cluster knows the next one.
 	return exitOK
 }
 
+// describeRoute is a route on one line, as deploy, traffic, render and
+// status print it: "hello-00001 90%, hello-00002 10%, tag old -> hello-00001".
 func describeRoute(r consulroute.Route) string {
-	s := ""
-	for i, sp := range r.Splits {
-		if i > 0 {
-			s += ", "
-		}
-		s += fmt.Sprintf("%s %d%%", sp.Revision, sp.Percent)
+	parts := make([]string, 0, len(r.Splits)+len(r.Tags))
+	for _, sp := range r.Splits {
+		parts = append(parts, fmt.Sprintf("%s %d%%", sp.Revision, sp.Percent))
 	}
 	for _, tag := range sortedTags(r.Tags) {
-		s += fmt.Sprintf(", tag %s -> %s", tag, r.Tags[tag])
+		parts = append(parts, fmt.Sprintf("tag %s -> %s", tag, r.Tags[tag]))
 	}
-	return s
+	return strings.Join(parts, ", ")
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // serveOptions are `serve`'s flags.
@@ -155,11 +155,11 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	goRun("gateway listener", func(context.Context) error { return ignoreClosed(gwSrv.Serve(gwLn)) })
 	goRun("admin listener", func(context.Context) error { return ignoreClosed(adminSrv.Serve(adminLn)) })
 
-	reg2 := consulroute.ActivatorRegistration{Address: advertise, Port: gwPort, AdminPort: adminPort, Domain: o.domain}
-	if err := consul.RegisterActivator(ctx, reg2); err != nil {
+	self := consulroute.ActivatorRegistration{Address: advertise, Port: gwPort, AdminPort: adminPort, Domain: o.domain}
+	if err := consul.RegisterActivator(ctx, self); err != nil {
 		cancel()
 		wg.Wait()
-		return fmt.Errorf("register in Consul as %s: %w", "nomad-serverless-activator", err)
+		return fmt.Errorf("register in Consul as %s: %w", spec.ActivatorServiceName, err)
 	}
 	log.Info("serving", "gateway", gwLn.Addr().String(), "admin", adminLn.Addr().String(), "advertise", advertise, "domain", o.domain)
 
@@ -237,18 +237,13 @@ func (l *leaderAddress) get() (string, bool) {
 }
 
 // follow looks the leader up every second: the holder of the lock is a
-// replica name, and the gateways registered in Consul give its admin port.
+// replica name, and the gateways registered in Consul give its admin port
+// (consulroute's LeaderGateway).
 func (l *leaderAddress) follow(ctx context.Context, consul *consulroute.Client, log *slog.Logger) {
 	for {
 		addr := ""
-		if holder, ok, err := consul.Leader(ctx, consulroute.AutoscalerLockKey); err == nil && ok {
-			if gws, err := consul.Gateways(ctx); err == nil {
-				for _, g := range gws {
-					if g.Replica == holder && g.AdminPort != 0 {
-						addr = "http://" + net.JoinHostPort(g.Address, strconv.Itoa(g.AdminPort))
-					}
-				}
-			}
+		if g, ok, err := consul.LeaderGateway(ctx, consulroute.AutoscalerLockKey); ok {
+			addr = "http://" + g.AdminHostPort()
 		} else if err != nil && ctx.Err() == nil {
 			log.Debug("look up the autoscaler leader", "err", err)
 		}

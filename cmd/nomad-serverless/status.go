@@ -42,14 +42,7 @@ instances with the autoscaler's view (stable and panic values, last reason).
 		fmt.Fprintf(e.stdout, "URLs:      %s\n", strings.Join(v.URLs, "  "))
 	}
 	fmt.Fprintf(e.stdout, "Latest:    %s\n", orDash(v.Latest))
-	var route []string
-	for _, s := range v.Route.Splits {
-		route = append(route, fmt.Sprintf("%s %d%%", s.Revision, s.Percent))
-	}
-	for _, tag := range sortedTags(v.Route.Tags) {
-		route = append(route, fmt.Sprintf("tag %s -> %s", tag, v.Route.Tags[tag]))
-	}
-	fmt.Fprintf(e.stdout, "Route:     %s\n", orDash(strings.Join(route, ", ")))
+	fmt.Fprintf(e.stdout, "Route:     %s\n", orDash(describeRoute(v.Route)))
 	if len(states) == 0 {
 		fmt.Fprintln(e.stdout, "Autoscaler: no leader answered (is `nomad-serverless serve` running?); last reasons come from Nomad's scaling events")
 	}

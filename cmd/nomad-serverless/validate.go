@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -62,14 +61,9 @@ type validatePos struct {
 }
 
 func runValidate(_ context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "validate", validateUsage)
 	vf := addVarFlags(fs)
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), validateUsage)
-		fs.PrintDefaults()
-	}
 	paths, err := parseFlagsAnywhere(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -124,9 +118,7 @@ func runValidate(_ context.Context, e *env, args []string) int {
 	}
 
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := writeJSON(e.stdout, out); err != nil {
 			fmt.Fprintf(e.stderr, "nomad-serverless validate: %v\n", err)
 			return exitError
 		}
