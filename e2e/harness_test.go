@@ -325,19 +325,7 @@ func (g *gateway) request(service, tag, path string, client *http.Client) Reques
 // with f's last word after timeout.
 func eventually(t *testing.T, timeout time.Duration, what string, f func() (bool, string)) time.Duration {
 	t.Helper()
-	start := time.Now()
-	var last string
-	for {
-		done, state := f()
-		if done {
-			return time.Since(start)
-		}
-		last = state
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %s; last seen: %s", what, timeout, last)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	return testbin.Eventually(t, timeout, 250*time.Millisecond, what, f)
 }
 
 // revision is a service's revision name for a generation.

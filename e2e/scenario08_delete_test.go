@@ -145,7 +145,7 @@ func TestE2E8BadFileAndDelete(t *testing.T) {
 
 	start := time.Now()
 	out = h.mustCLI("delete", del)
-	for _, want := range append([]string{del + ": route removed from Consul"}, revs[0]+": purged from Nomad", revs[1]+": purged from Nomad") {
+	for _, want := range []string{del + ": route removed from Consul", revs[0] + ": purged from Nomad", revs[1] + ": purged from Nomad"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("delete's output lacks %q:\n%s", want, out)
 		}

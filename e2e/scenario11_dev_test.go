@@ -92,16 +92,15 @@ func TestE2E11DevDeploy(t *testing.T) {
 	}
 
 	// Ctrl-C stops everything dev started, in order, and it exits 0.
-	if err := p.Cmd.Process.Signal(os.Interrupt); err != nil {
+	if err := p.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-p.Done():
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("dev did not exit within 3m of Ctrl-C:\n%s", p.Output())
+	code, err := p.Wait(3 * time.Minute)
+	if err != nil {
+		t.Fatalf("dev did not exit after Ctrl-C: %v\n%s", err, p.Output())
 	}
 	out = p.Output()
-	if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
+	if code != 0 {
 		t.Errorf("dev exited %d after Ctrl-C", code)
 	}
 	stops := regexp.MustCompile(`Stopping (\w+)\.\.\.`).FindAllStringSubmatch(out, -1)

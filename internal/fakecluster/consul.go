@@ -110,8 +110,8 @@ func (c *Consul) Up() error { return c.srv.up() }
 // it.
 func (c *Consul) SetFault(f Fault) { c.srv.setFault(f) }
 
-// nextIndex takes the next raft index and wakes blocking queries when the
-// caller releases the lock (call with c.mu held).
+// nextIndex takes the next raft index (call with c.mu held; the caller
+// wakes blocking queries with changed.notify once it has unlocked).
 func (c *Consul) nextIndex() uint64 {
 	c.index++
 	return c.index

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -80,7 +81,7 @@ func (c *Consul) Services(name string) []ServiceInstance {
 			continue
 		}
 		out = append(out, ServiceInstance{ID: s.ID, Name: s.Name, Tags: slices.Clone(s.Tags), Address: s.Address,
-			Port: s.Port, Meta: cloneStrings(s.Meta), Status: c.aggregateLocked(s.ID)})
+			Port: s.Port, Meta: maps.Clone(s.Meta), Status: c.aggregateLocked(s.ID)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -100,17 +101,6 @@ func (c *Consul) aggregateLocked(serviceID string) string {
 		}
 	}
 	return status
-}
-
-func cloneStrings(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // httpError is an error with the HTTP status Consul answers it with.
@@ -183,7 +173,7 @@ func (c *Consul) Register(reg *consulapi.AgentServiceRegistration, replaceChecks
 		c.nameIndex[s.Name] = idx
 	}
 	s.Name, s.Tags, s.Address, s.Port = reg.Name, slices.Clone(reg.Tags), reg.Address, reg.Port
-	s.Meta = cloneStrings(reg.Meta)
+	s.Meta = maps.Clone(reg.Meta)
 	s.ModifyIndex = idx
 	keep := map[string]bool{}
 	for _, chk := range checks {
@@ -329,7 +319,6 @@ func (c *Consul) startCheckLocked(chk *consulCheck) {
 		interval = c.opts.CheckInterval
 	}
 	timeout := min(chk.Timeout, max(interval, 500*time.Millisecond))
-	cid := chk.CheckID
 	kind, target, method, header := chk.Type, chk.http, chk.method, chk.header
 	if kind == "tcp" {
 		target = chk.tcp
@@ -353,7 +342,7 @@ func (c *Consul) startCheckLocked(chk *consulCheck) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.setCheckStatus(chk, cid, status, output)
+			c.setCheckStatus(chk, status, output)
 			t.Reset(interval)
 		}
 	})
@@ -362,9 +351,9 @@ func (c *Consul) startCheckLocked(chk *consulCheck) {
 // setCheckStatus records a check's result. A change of status is a write
 // (new index, blocking queries wake); a new output alone is not, as in
 // Consul, which syncs output-only changes lazily.
-func (c *Consul) setCheckStatus(chk *consulCheck, cid, status, output string) {
+func (c *Consul) setCheckStatus(chk *consulCheck, status, output string) {
 	c.mu.Lock()
-	cur, ok := c.checks[cid]
+	cur, ok := c.checks[chk.CheckID]
 	if !ok || cur != chk {
 		c.mu.Unlock()
 		return

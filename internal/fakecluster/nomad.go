@@ -371,12 +371,12 @@ func validateJob(job *api.Job) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d error occurred:", len(errs))
+	noun := "error"
 	if len(errs) > 1 {
-		b.Reset()
-		fmt.Fprintf(&b, "%d errors occurred:", len(errs))
+		noun = "errors"
 	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s occurred:", len(errs), noun)
 	for _, e := range errs {
 		b.WriteString("\n\t* " + e)
 	}

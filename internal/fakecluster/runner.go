@@ -52,15 +52,6 @@ func newAllocRunner(n *Nomad, a *alloc) *allocRunner {
 
 func (r *allocRunner) stop() { r.stopOnce.Do(func() { close(r.stopCh) }) }
 
-func (r *allocRunner) stopping() bool {
-	select {
-	case <-r.stopCh:
-		return true
-	default:
-		return false
-	}
-}
-
 // setTask changes one task's state and publishes the allocation.
 func (r *allocRunner) setTask(task string, f func(ts *api.TaskState)) {
 	r.n.updateAlloc(r.id, func(a *alloc) {

@@ -1,7 +1,6 @@
 package fakecluster_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,28 +21,10 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
-// syncBuffer collects task output for failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // fastOptions shorten the cluster's timings for tests; task output goes to
 // out, printed when the test fails.
-func fastOptions(t *testing.T) (fakecluster.Options, *syncBuffer) {
-	out := &syncBuffer{}
+func fastOptions(t *testing.T) (fakecluster.Options, *testbin.Buffer) {
+	out := &testbin.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("task output:\n%s", out.String())
@@ -102,19 +82,7 @@ func compile(t *testing.T, bin string, svc spec.Service, gen int) *nomadapi.Job 
 // eventually polls cond every 50ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s; last state: %s", what, timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testbin.Eventually(t, timeout, 50*time.Millisecond, what, cond)
 }
 
 func get(url string, header map[string]string) (int, string, error) {

@@ -22,8 +22,6 @@ type Target struct {
 	Addr string // host:port to connect to
 	Path string // request target, default "/"
 	Host string // Host header, default Addr
-	// Header lines added to the request, e.g. "X-Serverless-Revision: a".
-	Header []string
 }
 
 func (t Target) request() []byte {
@@ -34,14 +32,7 @@ func (t Target) request() []byte {
 	if host == "" {
 		host = t.Addr
 	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: loadbench\r\n", path, host)
-	for _, h := range t.Header {
-		b.WriteString(h)
-		b.WriteString("\r\n")
-	}
-	b.WriteString("\r\n")
-	return b.Bytes()
+	return fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: loadbench\r\n\r\n", path, host)
 }
 
 // Load is how hard and how long to push.

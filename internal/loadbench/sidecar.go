@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -22,62 +21,31 @@ const (
 // behind a sidecar without a concurrency limit and behind one with a limit
 // of benchLimit.
 func runSidecarBench(ctx context.Context, o Options) error {
-	ports := make([]int, 5)
-	for i := range ports {
-		p, err := freePort()
-		if err != nil {
-			return err
-		}
-		ports[i] = p
+	ports, err := freePorts(5)
+	if err != nil {
+		return err
 	}
 	appPort, noLimitPort, noLimitAdmin, limitPort, limitAdmin := ports[0], ports[1], ports[2], ports[3], ports[4]
 
-	app, err := startProc("testapp", o.Bin, []string{"testapp"}, map[string]string{"PORT": strconv.Itoa(appPort)})
+	app, err := startApp(o.Bin, "testapp", appPort, nil)
 	if err != nil {
 		return err
 	}
 	defer app.stop(5 * time.Second)
-	if err := app.waitPort(appPort, 10*time.Second); err != nil {
-		return err
-	}
-	sidecar := func(name string, port, admin, concurrency int) (*proc, error) {
-		env := map[string]string{
-			"PORT":                   strconv.Itoa(port),
-			"SERVERLESS_APP_PORT":    strconv.Itoa(appPort),
-			"SERVERLESS_ADMIN_PORT":  strconv.Itoa(admin),
-			"SERVERLESS_SERVICE":     "bench",
-			"SERVERLESS_REVISION":    "bench-00001",
-			"SERVERLESS_CONCURRENCY": strconv.Itoa(concurrency),
-			"SERVERLESS_DRAIN_GRACE": "0s",
-		}
-		for k, v := range o.ProxyEnv {
-			env[k] = v
-		}
-		p, err := startProc(name, o.Bin, []string{"sidecar"}, env)
-		if err != nil {
-			return nil, err
-		}
-		if err := p.waitPort(port, 10*time.Second); err != nil {
-			p.stop(time.Second)
-			return nil, err
-		}
-		return p, nil
-	}
-	noLimit, err := sidecar("sidecar", noLimitPort, noLimitAdmin, 0)
+	noLimit, err := startSidecar(o.Bin, "sidecar", noLimitPort, appPort, noLimitAdmin, 0, o.ProxyEnv)
 	if err != nil {
 		return err
 	}
 	defer noLimit.stop(5 * time.Second)
-	limit, err := sidecar("sidecar-limit", limitPort, limitAdmin, benchLimit)
+	limit, err := startSidecar(o.Bin, "sidecar-limit", limitPort, appPort, limitAdmin, benchLimit, o.ProxyEnv)
 	if err != nil {
 		return err
 	}
 	defer limit.stop(5 * time.Second)
 
-	addr := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
-	direct := Target{Name: "direct", Addr: addr(appPort)}
-	viaNoLimit := Target{Name: "sidecar", Addr: addr(noLimitPort)}
-	viaLimit := Target{Name: fmt.Sprintf("sidecar concurrency=%d", benchLimit), Addr: addr(limitPort)}
+	direct := Target{Name: "direct", Addr: addrOf(appPort)}
+	viaNoLimit := Target{Name: "sidecar", Addr: addrOf(noLimitPort)}
+	viaLimit := Target{Name: fmt.Sprintf("sidecar concurrency=%d", benchLimit), Addr: addrOf(limitPort)}
 	// CPU is charged to the process under test: the app for direct runs,
 	// the sidecar for proxied ones.
 	procOf := map[string]*proc{direct.Name: app, viaNoLimit.Name: noLimit, viaLimit.Name: limit}
@@ -161,7 +129,7 @@ func runSidecarBench(ctx context.Context, o Options) error {
 		name  string
 		admin int
 	}{{viaNoLimit.Name, noLimitAdmin}, {viaLimit.Name, limitAdmin}} {
-		got, err := statsRequestsSinceStart(addr(c.admin))
+		got, err := statsRequestsSinceStart(addrOf(c.admin))
 		if err != nil {
 			return err
 		}

@@ -1,14 +1,12 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,28 +21,10 @@ import (
 // The cluster is the autoscaler's test scaler.
 var _ autoscaler.Scaler = (*Cluster)(nil)
 
-// syncBuffer collects process output for the test log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func newCluster(t *testing.T, opts Options) (*Cluster, *catalog.Catalog) {
 	t.Helper()
 	opts.Binary = testbin.Path(t)
-	out := &syncBuffer{}
+	out := &testbin.Buffer{}
 	opts.Output = out
 	cat := catalog.New()
 	c, err := New(cat, opts)
@@ -64,13 +44,7 @@ func newCluster(t *testing.T, opts Options) (*Cluster, *catalog.Catalog) {
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testbin.Eventually(t, d, 5*time.Millisecond, what, func() (bool, string) { return cond(), "" })
 }
 
 func running(cat *catalog.Catalog, rev string) []catalog.Allocation {

@@ -6,18 +6,8 @@ import (
 	"strings"
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
 	"github.com/nomad-serverless/nomad-serverless/spec"
-)
-
-// Test app settings (see `nomad-serverless testapp`); the names are
-// internal/testapp's, spelled here because localcluster also backs the demo
-// and must not depend on test-only packages.
-const (
-	envAppStartDelay = "TESTAPP_START_DELAY"
-	envAppReadyDelay = "TESTAPP_READY_DELAY"
-	envAppSleep      = "TESTAPP_SLEEP"
-	envAppCPU        = "TESTAPP_CPU"
-	envAppName       = "TESTAPP_NAME"
 )
 
 // readyPath is the test app's readiness endpoint.
@@ -31,19 +21,19 @@ func (a App) appEnv(rev catalog.Revision, port int) map[string]string {
 		spec.EnvRevision: rev.Name,
 	}
 	if a.StartDelay > 0 {
-		env[envAppStartDelay] = a.StartDelay.String()
+		env[testapp.EnvStartDelay] = a.StartDelay.String()
 	}
 	if a.ReadyDelay > 0 {
-		env[envAppReadyDelay] = a.ReadyDelay.String()
+		env[testapp.EnvReadyDelay] = a.ReadyDelay.String()
 	}
 	if a.Sleep > 0 {
-		env[envAppSleep] = a.Sleep.String()
+		env[testapp.EnvSleep] = a.Sleep.String()
 	}
 	if a.CPU > 0 {
-		env[envAppCPU] = a.CPU.String()
+		env[testapp.EnvCPU] = a.CPU.String()
 	}
 	if a.Name != "" {
-		env[envAppName] = a.Name
+		env[testapp.EnvName] = a.Name
 	}
 	for k, v := range a.Env {
 		env[k] = v

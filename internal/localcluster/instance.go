@@ -210,8 +210,8 @@ func (in *instance) finish(appProc, sideProc *proc) {
 	c.mu.Unlock()
 }
 
-// terminate sends SIGTERM (or SIGKILL when the cluster is closing and the
-// process does not exit soon) and waits, bounded.
+// terminate sends SIGTERM, waits up to grace, then SIGKILLs and waits a
+// little more; the error says when the process had to be killed.
 func (c *Cluster) terminate(p *proc, grace time.Duration) error {
 	select {
 	case <-p.done:

@@ -114,6 +114,13 @@ func TestReadiness(t *testing.T) {
 	if code, _ := get(t, srv.URL+"/healthz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("live after fail-live: %d", code)
 	}
+	post(t, srv.URL+"/live-ok")
+	if code, _ := get(t, srv.URL+"/healthz"); code != 200 {
+		t.Fatalf("not live after live-ok: %d", code)
+	}
+	if st := app.Stats(); st.HealthzCalls != 2 {
+		t.Fatalf("healthz calls %d, want 2", st.HealthzCalls)
+	}
 }
 
 func TestQueryParameters(t *testing.T) {

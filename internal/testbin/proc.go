@@ -23,7 +23,7 @@ const StopTimeout = 10 * time.Second
 type Proc struct {
 	Cmd  *exec.Cmd
 	name string
-	out  *lockedBuffer
+	out  *Buffer
 	done chan struct{}
 	err  error // the Wait error, valid after done closes
 }
@@ -33,7 +33,7 @@ func Start(tb testing.TB, bin string, args []string, env map[string]string) *Pro
 	tb.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = mergeEnv(os.Environ(), env)
-	out := &lockedBuffer{}
+	out := &Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own process group, so a signal sent to the test does not reach it
 	// twice, and Stop can end its children too (they would otherwise hold
@@ -152,6 +152,24 @@ func WaitPort(port int, timeout time.Duration, stop <-chan struct{}) error {
 	}
 }
 
+// Eventually calls cond every poll until it reports done and returns how
+// long that took; after timeout it fails the test with what and the state
+// cond last reported.
+func Eventually(tb testing.TB, timeout, poll time.Duration, what string, cond func() (done bool, state string)) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	for {
+		done, state := cond()
+		if done {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			tb.Fatalf("%s: not within %s; last state: %s", what, timeout, state)
+		}
+		time.Sleep(poll)
+	}
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
@@ -163,20 +181,21 @@ func FreePort(tb testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// lockedBuffer is an io.Writer safe for the process's two output pipes and
-// a concurrent reader.
-type lockedBuffer struct {
+// Buffer is an io.Writer safe for concurrent writers (a process's two
+// output pipes, several tasks) and readers; the zero value is empty.
+type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+// String is everything written so far.
+func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

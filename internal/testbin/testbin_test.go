@@ -1,9 +1,11 @@
 package testbin
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,5 +50,49 @@ func TestModuleRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fatalRecorder is a testing.TB whose Fatalf records the message and ends
+// the goroutine, as the real one does.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Helper() {}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func TestEventually(t *testing.T) {
+	calls := 0
+	took := Eventually(t, 5*time.Second, time.Millisecond, "three calls", func() (bool, string) {
+		calls++
+		return calls == 3, ""
+	})
+	if calls != 3 || took <= 0 {
+		t.Errorf("Eventually returned after %d calls, %s", calls, took)
+	}
+
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Eventually(rec, 50*time.Millisecond, 5*time.Millisecond, "never", func() (bool, string) { return false, "still no" })
+		t.Error("Eventually returned on a condition that never holds")
+	}()
+	<-done
+	if rec.msg != "never: not within 50ms; last state: still no" {
+		t.Errorf("failure message %q", rec.msg)
+	}
+
+	var b Buffer
+	fmt.Fprint(&b, "a")
+	fmt.Fprint(&b, "b")
+	if b.String() != "ab" {
+		t.Errorf("Buffer = %q", b.String())
 	}
 }
