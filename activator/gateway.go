@@ -297,6 +297,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.runCtx.Store(&ctx)
 	g.prober.start(ctx)
 	g.refreshEBC()
+	// Take the change channel before reading the catalog, here and after
+	// every change: a change made while a rebuild reads it then closes the
+	// channel held, and is rebuilt next, instead of being missed until
+	// some later change.
+	changed := g.cat.Changed()
 	g.rebuild()
 	g.healthy.Store(true)
 
@@ -309,7 +314,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer sweep.Stop()
 	lastIdleSweep := time.Now()
 	for {
-		changed := g.cat.Changed()
 		select {
 		case <-ctx.Done():
 			g.healthy.Store(false)
@@ -327,6 +331,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.stopTakeOvers(takeOverDrain)
 			return nil
 		case <-changed:
+			changed = g.cat.Changed()
 			g.safeRebuild()
 		case <-g.rebuildCh:
 			g.safeRebuild()

@@ -7,11 +7,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
@@ -511,5 +514,44 @@ func TestBackgroundPanicIsRecovered(t *testing.T) {
 	})
 	if code, _, _ := tg.get(t, "nope.localhost", "/", nil); code != 404 {
 		t.Fatalf("after the panic: %d", code)
+	}
+}
+
+// A catalog change made while Run builds its first table, or rebuilds, is
+// not lost: Run takes the change channel before it reads the catalog. (It
+// used to take it after, so a route published in that window waited for
+// some unrelated later change.) The window is small, so the test races
+// many fresh gateways against a route published as each starts.
+func TestRunSeesChangesMadeDuringARebuild(t *testing.T) {
+	for i := range 200 {
+		cat := catalog.New()
+		cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello", Namespace: "default",
+			Timeout: time.Minute, Scaling: spec.DefaultScaling()})
+		g, err := New(Config{Catalog: cat, Autoscaler: &fakeAutoscaler{}, Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- g.Run(ctx) }()
+		// Publish just after the first table is built: Run marks itself
+		// healthy right after that build, before it waits for changes.
+		for !g.healthy.Load() {
+			runtime.Gosched()
+		}
+		cat.SetService(catalog.Service{Name: "hello", Namespace: "default",
+			Route: consulroute.Route{Service: "hello", Namespace: "default",
+				Splits: []consulroute.Split{{Revision: "hello-00001", Percent: 100}}}})
+		host := serviceHost("hello", "default", DefaultDomain)
+		deadline := time.Now().Add(2 * time.Second)
+		for g.table.Load().hosts[host] == nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		routed := g.table.Load().hosts[host] != nil
+		cancel()
+		<-done
+		if !routed {
+			t.Fatalf("gateway %d: a route published as Run started was not routed within 2s", i)
+		}
 	}
 }
