@@ -13,9 +13,12 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/nomad-serverless
 
 # Unit and component tests (real processes and HTTP on 127.0.0.1); e2e is separate.
+# The proxies' socket reads and writes are raw system calls except under the
+# race detector (internal/rawio), so their packages also run without it.
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -count=1 ./internal/rawio/ ./internal/keepalive/ ./activator/ ./sidecar/
 
 # End-to-end against real Nomad and Consul agents; fails (does not pass) when
 # they are missing, so a skip is never mistaken for a pass.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/internal/h1"
+	"github.com/nomad-serverless/nomad-serverless/internal/rawio"
 )
 
 // forwardH1 proxies a plain HTTP/1.x request without a body (the common
@@ -469,6 +470,7 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
 // upConn is one kept-alive connection to an instance's sidecar.
 type upConn struct {
 	nc      net.Conn
+	rw      *rawio.Conn   // nc's reads and writes
 	br      *bufio.Reader // reads through upConn.Read
 	bw      *bufio.Writer
 	idle    time.Time // when it went back to the pool
@@ -478,6 +480,7 @@ type upConn struct {
 	// The exchange in progress: its request's context and deadline.
 	ctx      context.Context
 	deadline time.Time
+	armed    time.Time // the read deadline set last
 }
 
 // clientCheckInterval is how often a request waiting on its instance checks
@@ -485,14 +488,26 @@ type upConn struct {
 const clientCheckInterval = time.Second
 
 // begin arms the connection for one exchange. Reads wait at most until
-// deadline, and every clientCheckInterval they look whether the client left,
-// so a departed client frees its slot within a second. This costs one read
-// deadline per request (and one more per second of a long one) instead of a
-// callback registered on the request's context, which cost more than the
-// rest of the gateway's own work on a short request.
+// deadline, and at least every clientCheckInterval they look whether the
+// client left, so a departed client frees its slot within a second. That
+// is a read deadline, not a callback registered on the request's context
+// (which cost more than the rest of the gateway's own work on a short
+// request), and the one an earlier exchange armed is kept while it is at
+// least half an interval ahead and not past this exchange's deadline: Read
+// moves it on when it fires. So the timer moves about twice a second per
+// busy connection, not per request.
 func (uc *upConn) begin(ctx context.Context, deadline time.Time) {
 	uc.ctx, uc.deadline = ctx, deadline
-	_ = uc.nc.SetReadDeadline(earliest(deadline, time.Now().Add(clientCheckInterval)))
+	now := time.Now()
+	if uc.armed.Sub(now) >= clientCheckInterval/2 && !uc.armed.After(deadline) {
+		return
+	}
+	uc.arm(earliest(deadline, now.Add(clientCheckInterval)))
+}
+
+func (uc *upConn) arm(t time.Time) {
+	uc.armed = t
+	_ = uc.nc.SetReadDeadline(t)
 }
 
 // end forgets the exchange (the idle connection keeps no request alive).
@@ -502,7 +517,7 @@ func (uc *upConn) end() { uc.ctx = nil }
 // request's deadline, with its client still there, is extended and goes on.
 func (uc *upConn) Read(p []byte) (int, error) {
 	for {
-		n, err := uc.nc.Read(p)
+		n, err := uc.rw.Read(p)
 		if n > 0 || err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || uc.ctx == nil {
 			return n, err
 		}
@@ -510,7 +525,7 @@ func (uc *upConn) Read(p []byte) (int, error) {
 		if !now.Before(uc.deadline) || uc.ctx.Err() != nil {
 			return n, err
 		}
-		_ = uc.nc.SetReadDeadline(earliest(uc.deadline, now.Add(clientCheckInterval)))
+		uc.arm(earliest(uc.deadline, now.Add(clientCheckInterval)))
 	}
 }
 
@@ -555,7 +570,8 @@ func (b *backend) conn(deadline time.Time, fresh bool) (uc *upConn, reused bool,
 	if err != nil {
 		return nil, false, err
 	}
-	uc = &upConn{nc: nc, bw: bufio.NewWriterSize(nc, 8<<10)}
+	uc = &upConn{nc: nc, rw: rawio.New(nc)}
+	uc.bw = bufio.NewWriterSize(uc.rw, 8<<10)
 	uc.br = bufio.NewReaderSize(uc, 16<<10)
 	return uc, false, nil
 }

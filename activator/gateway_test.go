@@ -325,14 +325,22 @@ func TestClientDisconnectFreesSlot(t *testing.T) {
 	cat := oneRevision(1, time.Minute)
 	release := make(chan struct{})
 	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
+		if r.URL.Path != "/quick" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
 		}
 		io.WriteString(w, "ok")
 	})
 	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
 	tg := startGateway(t, cat, nil, nil)
+	// A quick request first: the held one then reuses its kept-alive
+	// connection to the instance, whose read deadline (armed by the quick
+	// one) is kept, and must still notice its client leaving.
+	if code, _, _ := tg.get(t, "hello.default.localhost", "/quick", nil); code != 200 {
+		t.Fatalf("quick request: %d", code)
+	}
 
 	// One request holds the only slot; a second waits; both clients leave.
 	ctx, cancel := context.WithCancel(context.Background())

@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/rawio"
 )
 
 // appConn is one keep-alive HTTP/1.1 connection to the app; it lives in
@@ -14,6 +16,7 @@ import (
 // burst cost no buffer memory.
 type appConn struct {
 	nc      net.Conn
+	rw      *rawio.Conn   // nc's reads and writes
 	br      *bufio.Reader // nil while idle
 	bw      *bufio.Writer // nil while idle
 	scratch []byte        // header block of the response being read
@@ -65,9 +68,9 @@ func newAppClient(addr string, maxIdle int, idleTimeout time.Duration) *appClien
 // lend gives ac its buffers for one request.
 func (c *appClient) lend(ac *appConn) *appConn {
 	ac.br = c.readers.Get().(*bufio.Reader)
-	ac.br.Reset(ac.nc)
+	ac.br.Reset(ac.rw)
 	ac.bw = c.writers.Get().(*bufio.Writer)
-	ac.bw.Reset(ac.nc)
+	ac.bw.Reset(ac.rw)
 	return ac
 }
 
@@ -117,7 +120,7 @@ func (c *appClient) dial() (*appConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &appConn{nc: nc}, nil
+	return &appConn{nc: nc, rw: rawio.New(nc)}, nil
 }
 
 // put returns a connection whose last exchange completed cleanly.

@@ -45,6 +45,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/rawio"
 )
 
 // Server serves keep-alive connections (ServeConn) and closes them on
@@ -161,12 +163,19 @@ var (
 // already read from nc, to be served first (a hijacked connection), else
 // nil.
 func (s *Server) ServeConn(nc net.Conn, br *bufio.Reader, bw *bufio.Writer, first *http.Request) {
+	// A hijacked connection's buffers read and write through net/http's
+	// wrappers; once nothing is left in them, pooled ones on the raw
+	// socket take over (a pipelined request keeps the hijacked ones).
+	if br != nil && br.Buffered() == 0 && bw.Buffered() == 0 {
+		br, bw = nil, nil
+	}
 	pooled := br == nil
 	if pooled {
+		rw := rawio.New(nc)
 		br = readers.Get().(*bufio.Reader)
-		br.Reset(nc)
+		br.Reset(rw)
 		bw = writers.Get().(*bufio.Writer)
-		bw.Reset(nc)
+		bw.Reset(rw)
 	}
 	c := &conn{s: s, nc: nc, br: br, bw: bw, remote: nc.RemoteAddr().String()}
 	if first != nil {
