@@ -2,6 +2,7 @@ package activator
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/internal/h1"
+	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/internal/rawio"
 )
 
@@ -143,28 +145,54 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 	if err := uc.bw.Flush(); err != nil {
 		return res, err
 	}
-	dst := w.Header()
-	var head respHead
+	var (
+		block  []byte
+		status int
+		http11 bool
+	)
 	for {
-		var err error
-		head, err = uc.readHead(dst, r.Method == http.MethodHead, f.vals[:0])
+		var (
+			got bool
+			err error
+		)
+		block, got, err = uc.readBlock()
+		if err == nil {
+			status, http11, block, err = parseStatus(block)
+		}
 		if err != nil {
-			res.gotResponse = head.got
+			res.gotResponse = got
 			return res, err
 		}
 		// Informational answers (103) are the instance's to give and
 		// ours to skip; the final one follows.
-		if head.status >= 200 || head.status == http.StatusSwitchingProtocols {
+		if status >= 200 || status == http.StatusSwitchingProtocols {
 			break
 		}
-		clear(dst)
 	}
 	res.gotResponse = true
-	f.status = head.status
-	if head.status == http.StatusSwitchingProtocols {
+	f.status = status
+	if status == http.StatusSwitchingProtocols {
 		return res, errors.New("instance switched protocols for a request that asked for no upgrade")
 	}
-	w.WriteHeader(head.status)
+	// The common response goes to the client as the instance wrote it;
+	// the rest through the header map.
+	dst := w.Header()
+	var head respHead
+	raw := false
+	if rw, ok := w.(keepalive.RawHeadWriter); ok && r.Method != http.MethodHead {
+		var rh keepalive.RawHead
+		rh, head, raw = rawHead(status, http11, block, uc.fields)
+		uc.fields = rh.Fields[:0]
+		raw = raw && rw.WriteRawHead(rh)
+	}
+	if !raw {
+		var err error
+		head, err = parseHead(status, http11, block, dst, r.Method == http.MethodHead, f.vals[:0])
+		if err != nil {
+			return res, err
+		}
+		w.WriteHeader(status)
+	}
 	res.headerSent = true
 
 	var body io.Reader
@@ -200,7 +228,7 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 	return res, nil
 }
 
-// respHead is what readHead learned of a response's framing.
+// respHead is what parseHead or rawHead learned of a response's framing.
 type respHead struct {
 	got       bool // any byte arrived
 	status    int
@@ -215,53 +243,60 @@ const maxResponseHead = 64 << 10
 
 var errBadResponse = errors.New("malformed HTTP response from the instance")
 
-// readHead reads a status line and header block into dst, dropping
-// hop-by-hop headers (and those Connection names). The block becomes one
-// string that keys and values slice, so a response head costs a couple of
-// allocations whatever its size.
-func (uc *upConn) readHead(dst http.Header, head bool, vals []string) (respHead, error) {
-	h := respHead{length: -1}
-	block := uc.scratch[:0]
+// readBlock reads a response's status line and header block (without the
+// blank line that ends it) into uc.scratch. got tells whether any byte
+// arrived.
+func (uc *upConn) readBlock() (block []byte, got bool, err error) {
+	block = uc.scratch[:0]
+	defer func() { uc.scratch = block }()
 	for {
 		line, err := uc.br.ReadSlice('\n')
 		if len(line) > 0 {
-			h.got = true
+			got = true
 		}
 		if err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
 				err = errBadResponse
 			}
-			uc.scratch = block
-			return h, err
+			return block, got, err
 		}
 		if len(block)+len(line) > maxResponseHead {
-			return h, errBadResponse
+			return block, got, errBadResponse
 		}
 		if len(block) > 0 && (len(line) == 1 || len(line) == 2 && line[0] == '\r') {
-			break
+			return block, got, nil
 		}
 		block = append(block, line...)
 	}
-	uc.scratch = block
-	text := string(block)
+}
 
-	status, rest, _ := strings.Cut(text, "\n")
-	status = strings.TrimRight(status, "\r")
-	if len(status) < 12 || !strings.HasPrefix(status, "HTTP/1.") || status[8] != ' ' {
-		return h, errBadResponse
+// parseStatus reads the status line at the start of block: the status,
+// whether it is HTTP/1.1, and the rest of the block.
+func parseStatus(block []byte) (status int, http11 bool, rest []byte, err error) {
+	line, rest, _ := bytes.Cut(block, []byte("\n"))
+	line = bytes.TrimRight(line, "\r")
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
+		return 0, false, nil, errBadResponse
 	}
-	for _, c := range status[9:12] {
+	for _, c := range line[9:12] {
 		if c < '0' || c > '9' {
-			return h, errBadResponse
+			return 0, false, nil, errBadResponse
 		}
-		h.status = h.status*10 + int(c-'0')
+		status = status*10 + int(c-'0')
 	}
-	if h.status < 100 {
-		return h, errBadResponse
+	if status < 100 {
+		return 0, false, nil, errBadResponse
 	}
-	http11 := status[7] == '1'
-	h.keepAlive = http11
+	return status, line[7] == '1', rest, nil
+}
 
+// parseHead reads the header block after the status line into dst,
+// dropping hop-by-hop headers (and those Connection names). The block
+// becomes one string that keys and values slice, so a response head costs
+// a couple of allocations whatever its size.
+func parseHead(status int, http11 bool, block []byte, dst http.Header, head bool, vals []string) (respHead, error) {
+	h := respHead{got: true, status: status, length: -1, keepAlive: http11}
+	rest := string(block)
 	var conn []string
 	var te string
 	lengths := 0
@@ -333,6 +368,85 @@ func (uc *upConn) readHead(dst http.Header, head bool, vals []string) (respHead,
 		h.length = 0
 	}
 	return h, nil
+}
+
+// rawHead prepares the header block after the status line of a final
+// response to be passed on as it is (keepalive.RawHead), into fields. It
+// takes only the common case, a body of known length with a Content-Type
+// and nothing a proxy must rework, and reports false for anything else
+// (chunked or other codings, trailers, Connection naming other fields, a
+// line it would have to mend or reject), which parseHead then handles.
+// rh.Fields reuses fields' memory whatever it reports.
+// Header names keep the instance's spelling: they are case-insensitive.
+func rawHead(status int, http11 bool, block, fields []byte) (keepalive.RawHead, respHead, bool) {
+	h := respHead{got: true, status: status, length: -1, keepAlive: http11, hasBody: true}
+	rh := keepalive.RawHead{Status: status}
+	hasType := false
+	rh.Fields = fields[:0]
+	for rest := block; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 {
+			continue
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || bytes.IndexByte(line, '\r') >= 0 || !h1.ValidName(line[:colon]) {
+			return rh, h, false
+		}
+		name, value := line[:colon], h1.TrimOWSBytes(line[colon+1:])
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			n, ok := parseLength(value)
+			if !ok || (h.length >= 0 && n != h.length) {
+				return rh, h, false
+			}
+			h.length = n
+			continue
+		case bytes.EqualFold(name, []byte("Connection")):
+			for tok := range bytes.SplitSeq(value, []byte(",")) {
+				switch tok = h1.TrimOWSBytes(tok); {
+				case bytes.EqualFold(tok, []byte("close")):
+					h.keepAlive = false
+				case bytes.EqualFold(tok, []byte("keep-alive")):
+					h.keepAlive = true
+				case len(tok) > 0:
+					return rh, h, false
+				}
+			}
+			continue
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")), bytes.EqualFold(name, []byte("Trailer")):
+			return rh, h, false
+		case h1.HopByHopName(name):
+			continue
+		case bytes.EqualFold(name, []byte("Content-Type")):
+			hasType = true
+		case bytes.EqualFold(name, []byte("Date")):
+			rh.HasDate = true
+		}
+		rh.Fields = append(rh.Fields, line...)
+		rh.Fields = append(rh.Fields, '\r', '\n')
+	}
+	if h.length < 0 || !hasType {
+		return rh, h, false
+	}
+	rh.Length = h.length
+	return rh, h, true
+}
+
+// parseLength parses a Content-Length value: decimal digits only.
+func parseLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // readTrailers reads a chunked body's trailer section into dst.
@@ -475,6 +589,7 @@ type upConn struct {
 	bw      *bufio.Writer
 	idle    time.Time // when it went back to the pool
 	scratch []byte    // response head being read
+	fields  []byte    // the head's fields, passed on as they are
 	lr      io.LimitedReader
 
 	// The exchange in progress: its request's context and deadline.

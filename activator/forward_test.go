@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -286,5 +288,109 @@ func TestBufferPoolAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("Get+Put allocates %.1f times, want 0", allocs)
+	}
+}
+
+// The common response (a length and a type, nothing to rework) leaves the
+// gateway as the instance wrote it, less its hop-by-hop fields; anything
+// else goes through the header map as before. The wire shows which: the
+// map path writes names in canonical form.
+func TestForwardPassesCommonHeadsThrough(t *testing.T) {
+	cases := []struct {
+		name     string
+		response string
+		status   int
+		has      []string // header lines the client gets, exactly
+		hasNot   []string // substrings (any case) it must not see
+		body     string
+	}{
+		{name: "passed through",
+			response: "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-lower:  1 \r\nX-Dup: a\r\nX-Dup: b\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nProxy-Connection: x\r\nDate: Mon, 30 Nov 2026 04:00:00 GMT\r\nContent-Length: 2\r\n\r\nok",
+			status:   200, body: "ok",
+			has:    []string{"content-type: text/plain", "x-lower:  1 ", "X-Dup: a", "X-Dup: b", "Date: Mon, 30 Nov 2026 04:00:00 GMT", "Content-Length: 2"},
+			hasNot: []string{"keep-alive", "proxy-connection"}},
+		{name: "error status passed through",
+			response: "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\nContent-Length: 4\r\n\r\nbusy",
+			status:   503, body: "busy",
+			has: []string{"Retry-After: 1", "Content-Length: 4"}},
+		{name: "no type: sniffed through the map",
+			response: "HTTP/1.1 200 OK\r\nx-lower: 1\r\nContent-Length: 6\r\n\r\n<html>",
+			status:   200, body: "<html>",
+			has: []string{"X-Lower: 1", "Content-Type: text/html; charset=utf-8"}},
+		{name: "connection names a field: dropped through the map",
+			response: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: x-private\r\nx-private: secret\r\nContent-Length: 2\r\n\r\nok",
+			status:   200, body: "ok",
+			has:    []string{"Content-Type: text/plain"},
+			hasNot: []string{"x-private", "secret"}},
+		{name: "chunked: through the map",
+			response: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nx-c: 1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+			status:   200, body: "ok",
+			has: []string{"X-C: 1"}},
+		{name: "bare CR in a value: mended through the map",
+			response: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Weird: a\rb\r\nContent-Length: 2\r\n\r\nok",
+			status:   200, body: "ok",
+			has: []string{"X-Weird: a b"}},
+		{name: "lengths that disagree: bad gateway",
+			response: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+			status:   502},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tg, _ := rawGateway(t, c.response)
+			conn, err := net.Dial("tcp", tg.srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(conn, "GET / HTTP/1.1\r\nHost: hello.default.localhost\r\n\r\n")
+			br := bufio.NewReader(conn)
+			status, _ := br.ReadString('\n')
+			var lines []string
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					t.Fatalf("reading the head: %v", err)
+				}
+				if l == "\r\n" {
+					break
+				}
+				lines = append(lines, strings.TrimSuffix(l, "\r\n"))
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(status+strings.Join(lines, "\r\n")+"\r\n\r\n")), nil)
+			if err != nil {
+				t.Fatalf("head %q: %v", lines, err)
+			}
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d (head %q)", resp.StatusCode, c.status, lines)
+			}
+			if c.status == 502 {
+				return
+			}
+			var body []byte
+			if resp.ContentLength >= 0 {
+				body = make([]byte, resp.ContentLength)
+				_, err = io.ReadFull(br, body)
+			} else {
+				body, err = io.ReadAll(httputil.NewChunkedReader(br))
+			}
+			if err != nil || string(body) != c.body {
+				t.Fatalf("body %q, %v; want %q", body, err, c.body)
+			}
+			for _, want := range c.has {
+				if !slices.Contains(lines, want) {
+					t.Errorf("no %q among %q", want, lines)
+				}
+			}
+			head := strings.ToLower(strings.Join(lines, "\n"))
+			for _, not := range c.hasNot {
+				if strings.Contains(head, strings.ToLower(not)) {
+					t.Errorf("%q reached the client: %q", not, lines)
+				}
+			}
+			if resp.Header.Get("Date") == "" {
+				t.Errorf("no Date: %q", lines)
+			}
+		})
 	}
 }

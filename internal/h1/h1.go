@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // HopByHop reports whether header k (in canonical form) concerns one
@@ -20,6 +22,74 @@ func HopByHop(k string) bool {
 		return true
 	}
 	return false
+}
+
+// HopByHopName is HopByHop for a name as it came off the wire, in any
+// case, without allocating.
+func HopByHopName(name []byte) bool {
+	switch len(name) {
+	case 2:
+		return bytesEqualFold(name, "Te")
+	case 7:
+		return bytesEqualFold(name, "Trailer") || bytesEqualFold(name, "Upgrade")
+	case 10:
+		return bytesEqualFold(name, "Connection") || bytesEqualFold(name, "Keep-Alive")
+	case 16:
+		return bytesEqualFold(name, "Proxy-Connection")
+	case 17:
+		return bytesEqualFold(name, "Transfer-Encoding")
+	case 18:
+		return bytesEqualFold(name, "Proxy-Authenticate")
+	case 19:
+		return bytesEqualFold(name, "Proxy-Authorization")
+	}
+	return false
+}
+
+// bytesEqualFold is strings.EqualFold for ASCII b and s, without making a
+// string of b.
+func bytesEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidName reports whether name is a valid header field name (a token,
+// RFC 9110 5.1), as httpguts.ValidHeaderFieldName does for a string.
+func ValidName(name []byte) bool {
+	if len(name) == 0 {
+		return false
+	}
+	for _, c := range name {
+		if !httpguts.IsTokenRune(rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// TrimOWSBytes is TrimOWS for bytes.
+func TrimOWSBytes(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
 }
 
 // HasToken reports whether comma-separated header values vv list token,

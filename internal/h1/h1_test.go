@@ -3,7 +3,10 @@ package h1
 import (
 	"net/http"
 	"net/textproto"
+	"strings"
 	"testing"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 func TestHopByHop(t *testing.T) {
@@ -85,6 +88,39 @@ func TestTrimOWS(t *testing.T) {
 	for in, want := range map[string]string{" a ": "a", "\ta b\t": "a b", "": "", "  ": "", "x": "x"} {
 		if got := TrimOWS(in); got != want {
 			t.Errorf("TrimOWS(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// HopByHopName agrees with HopByHop on every spelling of a name.
+func TestHopByHopNameAgreesWithHopByHop(t *testing.T) {
+	names := []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Content-Type", "Content-Length", "Date", "X-Upgrade", "Tf", "Trailers", "Connectio", ""}
+	for _, n := range names {
+		for _, spelling := range []string{n, strings.ToLower(n), strings.ToUpper(n)} {
+			if got, want := HopByHopName([]byte(spelling)), HopByHop(CanonicalKey(spelling)); got != want {
+				t.Errorf("HopByHopName(%q) = %v, HopByHop = %v", spelling, got, want)
+			}
+		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() { HopByHopName([]byte("transfer-encoding")) }); allocs != 0 {
+		t.Errorf("HopByHopName allocates %.0f times", allocs)
+	}
+}
+
+func TestValidNameMatchesHTTPGuts(t *testing.T) {
+	for _, n := range []string{"Content-Type", "x-a_b.c~d!", "", "Bad Name", "a:b", "tab\there", "ümlaut", "a\x7f", "{x}"} {
+		if got, want := ValidName([]byte(n)), httpguts.ValidHeaderFieldName(n); got != want {
+			t.Errorf("ValidName(%q) = %v, httpguts says %v", n, got, want)
+		}
+	}
+}
+
+func TestTrimOWSBytes(t *testing.T) {
+	for _, s := range []string{"", " ", "\t a \t", "a b", " \tx"} {
+		if got, want := string(TrimOWSBytes([]byte(s))), TrimOWS(s); got != want {
+			t.Errorf("TrimOWSBytes(%q) = %q, TrimOWS %q", s, got, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -157,4 +158,79 @@ func twoResponses(t *testing.T, addr, method string) string {
 		}
 	}
 	return b.String()
+}
+
+// A head handed over in wire form (RawHeadWriter) comes out as net/http
+// frames the same head set in the header map, and the writer refuses the
+// responses it does not take, which then go through the map as usual.
+func TestRawHeadAsNetHTTPFramesIt(t *testing.T) {
+	cases := []struct {
+		name   string
+		method string
+		head   RawHead
+		body   string
+		taken  bool
+		preset bool // a header is set before WriteRawHead
+	}{
+		{name: "plain", method: "GET", taken: true, body: "hello\n",
+			head: RawHead{Status: 200, Fields: []byte("Content-Type: text/plain\r\nX-A: 1\r\nX-A: 2\r\n"), Length: 6}},
+		{name: "with a date", method: "GET", taken: true, body: "{}",
+			head: RawHead{Status: 201, Fields: []byte("Content-Type: application/json\r\nDate: Mon, 30 Nov 2026 04:00:00 GMT\r\n"), Length: 2, HasDate: true}},
+		{name: "error status", method: "GET", taken: true, body: "nope",
+			head: RawHead{Status: 503, Fields: []byte("Content-Type: text/plain\r\n"), Length: 4}},
+		{name: "empty body", method: "GET", taken: true,
+			head: RawHead{Status: 200, Fields: []byte("Content-Type: text/plain\r\n"), Length: 0}},
+		{name: "short body closes", method: "GET", taken: true, body: "short",
+			head: RawHead{Status: 200, Fields: []byte("Content-Type: text/plain\r\n"), Length: 10}},
+		{name: "refused for HEAD", method: "HEAD", taken: false,
+			head: RawHead{Status: 200, Fields: []byte("Content-Type: text/plain\r\n"), Length: 6}},
+		{name: "refused without a body", method: "GET", taken: false,
+			head: RawHead{Status: 204, Fields: []byte("Content-Type: text/plain\r\n"), Length: 0}},
+		{name: "refused after a header was set", method: "GET", taken: false, preset: true, body: "x",
+			head: RawHead{Status: 200, Fields: []byte("Content-Type: text/plain\r\n"), Length: 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// viaMap answers as the head says through the header map.
+			viaMap := func(w http.ResponseWriter) {
+				for line := range strings.SplitSeq(strings.TrimSuffix(string(c.head.Fields), "\r\n"), "\r\n") {
+					k, v, _ := strings.Cut(line, ": ")
+					w.Header().Add(k, v)
+				}
+				w.Header().Set("Content-Length", fmt.Sprint(c.head.Length))
+				w.WriteHeader(c.head.Status)
+				io.WriteString(w, c.body)
+			}
+			var taken atomic.Bool
+			loop := startLoop(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if c.preset {
+					w.Header().Set("X-Preset", "1")
+				}
+				rw, ok := w.(RawHeadWriter)
+				if !ok {
+					t.Error("the loop's ResponseWriter is not a RawHeadWriter")
+					return
+				}
+				if rw.WriteRawHead(c.head) {
+					taken.Store(true)
+					io.WriteString(w, c.body)
+					return
+				}
+				viaMap(w)
+			}), nil)
+			ref := startNetHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if c.preset {
+					w.Header().Set("X-Preset", "1")
+				}
+				viaMap(w)
+			}))
+			got, want := twoResponses(t, loop.addr, c.method), twoResponses(t, ref, c.method)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("raw head through the loop:\n%s\nthe same through net/http:\n%s", got, want)
+			}
+			if taken.Load() != c.taken {
+				t.Errorf("WriteRawHead took it: %v, want %v", taken.Load(), c.taken)
+			}
+		})
+	}
 }
