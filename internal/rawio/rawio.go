@@ -23,7 +23,9 @@
 // Conn wraps a net.Conn. Its Read and Write are those of the connection,
 // with the same deadlines, poller waits and errors (io.EOF,
 // os.ErrDeadlineExceeded, net.ErrClosed), but each attempt is a raw system
-// call. Where there is no raw socket (another platform, a wrapped
-// connection) or the race detector is on (it learns of I/O ordering from
-// the syscall package's own calls), Conn is the connection itself.
+// call. Where there is no raw socket (a wrapped connection), on platforms
+// other than Linux (untested there, and on some the raw call goes through
+// a deprecated libc entry) or with the race detector on (it learns of I/O
+// ordering from the syscall package's own calls), Conn is the connection
+// itself.
 package rawio

@@ -1,4 +1,4 @@
-//go:build (linux || darwin || freebsd || netbsd || openbsd) && !race
+//go:build linux && !race
 
 package rawio
 
