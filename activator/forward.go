@@ -222,16 +222,14 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 			}
 		}
 	}
-	// The deadline stays: an idle connection is not read, and the next
-	// exchange sets its own.
+	// The read deadline stays: an idle connection is not read, and the
+	// next exchange keeps or moves it (begin).
 	res.keep = head.keepAlive && (!head.hasBody || head.chunked || head.length >= 0)
 	return res, nil
 }
 
 // respHead is what parseHead or rawHead learned of a response's framing.
 type respHead struct {
-	got       bool // any byte arrived
-	status    int
 	hasBody   bool
 	chunked   bool
 	length    int64 // -1: unknown
@@ -295,7 +293,7 @@ func parseStatus(block []byte) (status int, http11 bool, rest []byte, err error)
 // becomes one string that keys and values slice, so a response head costs
 // a couple of allocations whatever its size.
 func parseHead(status int, http11 bool, block []byte, dst http.Header, head bool, vals []string) (respHead, error) {
-	h := respHead{got: true, status: status, length: -1, keepAlive: http11}
+	h := respHead{length: -1, keepAlive: http11}
 	rest := string(block)
 	var conn []string
 	var te string
@@ -352,7 +350,7 @@ func parseHead(status int, http11 bool, block []byte, dst http.Header, head bool
 			}
 		}
 	}
-	h.hasBody = !head && h.status >= 200 && h.status != http.StatusNoContent && h.status != http.StatusNotModified
+	h.hasBody = !head && status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 	if te != "" {
 		// Chunked must come last; any other coding is read to the end of
 		// the connection (RFC 9112 6.3).
@@ -379,7 +377,7 @@ func parseHead(status int, http11 bool, block []byte, dst http.Header, head bool
 // rh.Fields reuses fields' memory whatever it reports.
 // Header names keep the instance's spelling: they are case-insensitive.
 func rawHead(status int, http11 bool, block, fields []byte) (keepalive.RawHead, respHead, bool) {
-	h := respHead{got: true, status: status, length: -1, keepAlive: http11, hasBody: true}
+	h := respHead{length: -1, keepAlive: http11, hasBody: true}
 	rh := keepalive.RawHead{Status: status}
 	hasType := false
 	rh.Fields = fields[:0]

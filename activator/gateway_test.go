@@ -544,8 +544,11 @@ func TestRunSeesChangesMadeDuringARebuild(t *testing.T) {
 		go func() { done <- g.Run(ctx) }()
 		// Publish just after the first table is built: Run marks itself
 		// healthy right after that build, before it waits for changes.
-		for !g.healthy.Load() {
-			runtime.Gosched()
+		for started := time.Now(); !g.healthy.Load(); runtime.Gosched() {
+			if time.Since(started) > 5*time.Second {
+				cancel()
+				t.Fatalf("gateway %d: Run not healthy after 5s (returned: %v)", i, <-done)
+			}
 		}
 		cat.SetService(catalog.Service{Name: "hello", Namespace: "default",
 			Route: consulroute.Route{Service: "hello", Namespace: "default",

@@ -1,9 +1,6 @@
 package sidecar
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"io"
 	"log"
 	"net"
@@ -13,48 +10,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/internal/benchhttp"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
-// rawApp is a minimal HTTP/1.1 app for benchmarks: it answers every request
-// with a fixed response and allocates nothing per request, so allocs/op of
-// a benchmark count the sidecar's side only.
+// rawApp is a minimal HTTP/1.1 app for benchmarks and tests
+// (benchhttp.Serve): it answers every request with a fixed 200 and
+// allocates nothing per request, so allocs/op of a benchmark count the
+// sidecar's side only. It returns the app's port.
 func rawApp(tb testing.TB) int {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, err := net.SplitHostPort(benchhttp.Serve(tb, benchhttp.OK))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { ln.Close() })
-	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					// Read one request head (benchmark requests have no body).
-					for {
-						line, err := br.ReadSlice('\n')
-						if err != nil {
-							return
-						}
-						if len(line) <= 2 {
-							break
-						}
-					}
-					if _, err := c.Write(resp); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 func benchConfig(appPort, concurrency int) spec.SidecarConfig {
@@ -143,56 +114,7 @@ func BenchmarkServe(b *testing.B) {
 				defer srv.Close()
 				addr = srv.Listener.Addr().String()
 			}
-			req := []byte("GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for pb.Next() {
-					if _, err := c.Write(req); err != nil {
-						b.Error(err)
-						return
-					}
-					if err := readRawResponse(br); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			benchhttp.Drive(b, addr, "GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
 		})
 	}
-}
-
-// readRawResponse reads one response with a Content-Length body.
-func readRawResponse(br *bufio.Reader) error {
-	length := -1
-	for first := true; ; first = false {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		if first {
-			if !bytes.HasPrefix(line, []byte("HTTP/1.1 200")) {
-				return errors.New("unexpected status line " + string(line))
-			}
-			continue
-		}
-		if len(line) <= 2 {
-			break
-		}
-		if v, ok := bytes.CutPrefix(line, []byte("Content-Length: ")); ok {
-			length, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
-		}
-	}
-	if length < 0 {
-		return errors.New("no Content-Length")
-	}
-	_, err := br.Discard(length)
-	return err
 }

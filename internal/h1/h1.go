@@ -6,6 +6,7 @@
 package h1
 
 import (
+	"bytes"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -27,44 +28,24 @@ func HopByHop(k string) bool {
 // HopByHopName is HopByHop for a name as it came off the wire, in any
 // case, without allocating.
 func HopByHopName(name []byte) bool {
+	// By length first: most names are ruled out without a comparison.
 	switch len(name) {
 	case 2:
-		return bytesEqualFold(name, "Te")
+		return bytes.EqualFold(name, []byte("Te"))
 	case 7:
-		return bytesEqualFold(name, "Trailer") || bytesEqualFold(name, "Upgrade")
+		return bytes.EqualFold(name, []byte("Trailer")) || bytes.EqualFold(name, []byte("Upgrade"))
 	case 10:
-		return bytesEqualFold(name, "Connection") || bytesEqualFold(name, "Keep-Alive")
+		return bytes.EqualFold(name, []byte("Connection")) || bytes.EqualFold(name, []byte("Keep-Alive"))
 	case 16:
-		return bytesEqualFold(name, "Proxy-Connection")
+		return bytes.EqualFold(name, []byte("Proxy-Connection"))
 	case 17:
-		return bytesEqualFold(name, "Transfer-Encoding")
+		return bytes.EqualFold(name, []byte("Transfer-Encoding"))
 	case 18:
-		return bytesEqualFold(name, "Proxy-Authenticate")
+		return bytes.EqualFold(name, []byte("Proxy-Authenticate"))
 	case 19:
-		return bytesEqualFold(name, "Proxy-Authorization")
+		return bytes.EqualFold(name, []byte("Proxy-Authorization"))
 	}
 	return false
-}
-
-// bytesEqualFold is strings.EqualFold for ASCII b and s, without making a
-// string of b.
-func bytesEqualFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		x, y := b[i], s[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // ValidName reports whether name is a valid header field name (a token,
