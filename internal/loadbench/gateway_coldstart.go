@@ -205,6 +205,11 @@ func splitOf(lc *localcluster.Cluster, rev string, t0, firstByte, probed time.Ti
 	if first.SidecarListening.After(listening) {
 		listening = first.SidecarListening
 	}
+	// The cluster sees the ports by polling every 2ms, so it can see them
+	// after our probe got its answer; that answer proves both listened.
+	if probed.Before(listening) {
+		listening = probed
+	}
 	s := coldSplit{
 		Decision: scaleAt.Sub(t0),
 		Spawn:    first.Started.Sub(scaleAt),
