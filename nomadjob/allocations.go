@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -180,13 +182,7 @@ func taskOrder(states map[string]*api.TaskState) []string {
 		}
 		return 2
 	}
-	// Own sort rather than hclformat.go's helper: the failure summary must
-	// not depend on how the jobspec printer walks maps.
-	names := make([]string, 0, len(states))
-	for n := range states {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(states))
 	sort.SliceStable(names, func(i, j int) bool { return rank(names[i]) < rank(names[j]) })
 	return names
 }

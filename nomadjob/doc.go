@@ -10,6 +10,6 @@
 // optimistic concurrency, scale (it satisfies autoscaler.Scaler), update
 // scaling settings in place, list revisions and allocations, stop, purge,
 // and follow Nomad's event stream (StreamEvents once, for callers that list
-// again after a break; WatchEvents resuming by itself). Its errors say what was being done, to which
-// revision, and what the user can do (see Error).
+// again after a break; WatchEvents resuming by itself). Its errors say what
+// was being done, to which revision, and what the user can do (see Error).
 package nomadjob

@@ -103,8 +103,9 @@ func (c *Client) StreamEvents(ctx context.Context, since uint64, fn func(Event))
 // When the stream breaks it reconnects after a pause (doubling from
 // 0.5 s up to 30 s, reset by every event received) and resumes after the
 // last index it delivered, so nothing is missed while Nomad still holds
-// the events (see StreamEvents for callers that cannot risk a gap). It returns ctx's error when ctx ends, or an error Nomad will
-// keep giving (a permission error, for one) without retrying.
+// the events (see StreamEvents for callers that cannot risk a gap). It
+// returns ctx's error when ctx ends, or an error Nomad will keep giving (a
+// permission error, for one) without retrying.
 func (c *Client) WatchEvents(ctx context.Context, since uint64, fn func(Event)) error {
 	f := newEventFilter()
 	index := since
@@ -194,7 +195,8 @@ func (c *Client) drain(ctx context.Context, ch <-chan *api.Events, index uint64,
 }
 
 // eventFilter remembers which jobs the stream has shown not to be ours, so
-// their allocations are skipped too. It is used by one WatchEvents call.
+// their allocations are skipped too. It is used by one WatchEvents or
+// StreamEvents call.
 type eventFilter struct {
 	notOurs map[string]bool // namespace/job ID
 }

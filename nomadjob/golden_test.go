@@ -150,11 +150,7 @@ func checkGoldenJob(t *testing.T, base string, job *api.Job) {
 		t.Fatal(err)
 	}
 	js = append(js, '\n')
-	h, err := FormatHCL(job)
-	if err != nil {
-		t.Fatalf("FormatHCL: %v", err)
-	}
-	assertValidHCL(t, h)
+	h, _ := mustFormatHCL(t, job)
 	checkGolden(t, base+".json", js)
 	checkGolden(t, base+".hcl", h)
 }
@@ -180,11 +176,14 @@ func checkGolden(t *testing.T, path string, got []byte) {
 	}
 }
 
-func assertValidHCL(t *testing.T, src []byte) {
+// assertValidHCL parses FormatHCL's output and returns its body.
+func assertValidHCL(t *testing.T, src []byte) *hclsyntax.Body {
 	t.Helper()
-	if _, diags := hclsyntax.ParseConfig(src, "job.hcl", hcl.InitialPos); diags.HasErrors() {
+	f, diags := hclsyntax.ParseConfig(src, "job.hcl", hcl.InitialPos)
+	if diags.HasErrors() {
 		t.Fatalf("FormatHCL wrote invalid HCL: %v\n%s", diags, src)
 	}
+	return f.Body.(*hclsyntax.Body)
 }
 
 // lineDiff is a unified-style diff of two texts' lines (longest common

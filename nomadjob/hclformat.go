@@ -269,31 +269,26 @@ func mapBlockLabels(key string, v reflect.Value) []string {
 	return []string{key}
 }
 
-// mapBlock writes a map as a block of attributes (env { PORT = "..." }).
-// When a key is not an HCL identifier the map is an object attribute
-// instead (meta = { "serverless.service" = "hello" }), which Nomad also
-// reads. nested turns map values with identifier keys into nested blocks.
+// mapBlock writes a map as a block of attributes (env { PORT = "..." });
+// body writes a map with a key that is not an HCL identifier as an object
+// attribute instead (objectMap). nested turns map values with identifier
+// keys into nested blocks.
 func (w *jobspecWriter) mapBlock(b *hclwrite.Body, name string, v reflect.Value, nested bool, path string) {
-	keys := sortedKeys(v)
-	if !objectMap(v) {
-		newlineBeforeBlock(b)
-		mb := b.AppendNewBlock(name, nil).Body()
-		var blocks []string
-		for _, k := range keys {
-			ev := v.MapIndex(reflect.ValueOf(k))
-			if sub, ok := mapValue(ev); nested && ok && allIdentifiers(sub) {
-				blocks = append(blocks, k)
-				continue
-			}
-			w.attr(mb, k, ev, path)
+	newlineBeforeBlock(b)
+	mb := b.AppendNewBlock(name, nil).Body()
+	var blocks []string
+	for _, k := range sortedKeys(v) {
+		ev := v.MapIndex(reflect.ValueOf(k))
+		if sub, ok := mapValue(ev); nested && ok && allIdentifiers(sub) {
+			blocks = append(blocks, k)
+			continue
 		}
-		for _, k := range blocks {
-			sub, _ := mapValue(v.MapIndex(reflect.ValueOf(k)))
-			w.mapBlock(mb, k, reflect.ValueOf(sub), nested, path+"."+k)
-		}
-		return
+		w.attr(mb, k, ev, path)
 	}
-	w.attr(b, name, v, path)
+	for _, k := range blocks {
+		sub, _ := mapValue(v.MapIndex(reflect.ValueOf(k)))
+		w.mapBlock(mb, k, reflect.ValueOf(sub), nested, path+"."+k)
+	}
 }
 
 // mapValue unwraps an interface holding a map[string]any.
@@ -342,10 +337,6 @@ func valueTokens(v any) (hclwrite.Tokens, error) {
 		return hclwrite.TokensForIdentifier("null"), nil
 	case time.Duration:
 		return stringTokens(x.String()), nil
-	case string:
-		return stringTokens(x), nil
-	case bool:
-		return hclwrite.TokensForValue(cty.BoolVal(x)), nil
 	case json.Number:
 		f, _, err := big.ParseFloat(string(x), 10, 512, big.ToNearestEven)
 		if err != nil {
@@ -470,11 +461,13 @@ func nomadRuntimeVar(rest string) bool {
 // have. Both are flattened to "path = value" lines, the job by the same
 // jobspec names FormatHCL uses, the jobspec by reading it with hclsyntax
 // (Nomad's runtime interpolations such as ${NOMAD_PORT_app} read back as
-// written).
+// written). A map compares alike written as a block or as an object.
 func CheckHCL(job *api.Job, src []byte) error {
 	want := map[string]string{}
 	if job != nil {
-		flattenJob(want, reflect.ValueOf(job).Elem(), "job"+labelPath([]string{deref(job.ID, "")}))
+		root := "job" + labelPath([]string{deref(job.ID, "")})
+		want[root] = "{}"
+		flattenJob(want, reflect.ValueOf(job).Elem(), root)
 	}
 	got, err := flattenHCL(src)
 	if err != nil {
@@ -522,88 +515,47 @@ func blockPath(parent, typ string, labels []string, seen map[string]int) string 
 }
 
 // flattenJob adds the set fields of struct v under path, with the jobspec
-// names of specFields, in the order FormatHCL writes blocks.
+// names of specFields. A map of values flattens the same whether FormatHCL
+// wrote it as a block of attributes or as an object (see flattenValue), so
+// this need not repeat FormatHCL's choice between the two.
 func flattenJob(out map[string]string, v reflect.Value, path string) {
 	seen := map[string]int{}
-	fields := specFields(v.Type())
-	for _, f := range fields {
+	for _, f := range specFields(v.Type()) {
 		fv := v.Field(f.index)
-		if !isSet(fv) || f.kind == kindLabel || f.kind == kindSkip || f.kind == kindBlock || f.kind == kindNested {
-			continue
+		block := func(e reflect.Value, labels []string) {
+			p := blockPath(path, f.name, labels, seen)
+			out[p] = "{}"
+			flattenJob(out, e, p)
 		}
-		if f.kind == kindNone {
+		switch {
+		case !isSet(fv) || f.kind == kindLabel || f.kind == kindSkip || isDefaultJobName(v, f):
+		case f.kind == kindNone:
 			out[path+"."+f.path] = "(a field with no jobspec form)"
-			continue
-		}
-		if isDefaultJobName(v, f) {
-			continue
-		}
-		flattenValue(out, path+"."+f.name, fv.Interface())
-	}
-	for _, pass := range []bool{false, true} {
-		for _, f := range fields {
-			fv := reflect.Indirect(v.Field(f.index))
-			if (f.kind != kindBlock && f.kind != kindNested) || writtenLast(f) != pass || !isSet(v.Field(f.index)) {
-				continue
-			}
-			switch fv.Kind() {
-			case reflect.Struct:
-				p := blockPath(path, f.name, labelsOf(fv), seen)
-				out[p] = "{}"
-				flattenJob(out, fv, p)
-			case reflect.Slice:
-				for i := 0; i < fv.Len(); i++ {
-					if e := reflect.Indirect(fv.Index(i)); e.IsValid() {
-						p := blockPath(path, f.name, labelsOf(e), seen)
-						out[p] = "{}"
-						flattenJob(out, e, p)
-					}
+		case f.kind == kindAttr:
+			flattenValue(out, path+"."+f.name, fv.Interface())
+		case reflect.Indirect(fv).Kind() == reflect.Struct:
+			block(reflect.Indirect(fv), labelsOf(reflect.Indirect(fv)))
+		case fv.Kind() == reflect.Slice:
+			for i := 0; i < fv.Len(); i++ {
+				if e := reflect.Indirect(fv.Index(i)); e.IsValid() {
+					block(e, labelsOf(e))
 				}
-			case reflect.Map:
-				if isStructMap(fv) {
-					for _, k := range sortedKeys(fv) {
-						ev := reflect.Indirect(fv.MapIndex(reflect.ValueOf(k)))
-						p := blockPath(path, f.name, mapBlockLabels(k, ev), seen)
-						out[p] = "{}"
-						flattenJob(out, ev, p)
-					}
-					continue
-				}
-				flattenMapBlock(out, path, f.name, fv, f.kind == kindNested, seen)
 			}
+		case isStructMap(fv):
+			for _, k := range sortedKeys(fv) {
+				e := reflect.Indirect(fv.MapIndex(reflect.ValueOf(k)))
+				block(e, mapBlockLabels(k, e))
+			}
+		default: // a map of values
+			flattenValue(out, path+"."+f.name, fv.Interface())
 		}
-	}
-}
-
-// flattenMapBlock adds a map field's leaves where FormatHCL puts them: in a
-// block when every key is an identifier (nested blocks for maps, with
-// nested), else in an object attribute.
-func flattenMapBlock(out map[string]string, path, name string, m reflect.Value, nested bool, seen map[string]int) {
-	keys := sortedKeys(m)
-	if !allIdentifierKeys(keys) {
-		flattenValue(out, path+"."+name, m.Interface())
-		return
-	}
-	p := blockPath(path, name, nil, seen)
-	out[p] = "{}"
-	inner := map[string]int{}
-	var blocks []string
-	for _, k := range keys {
-		ev := m.MapIndex(reflect.ValueOf(k))
-		if sub, ok := mapValue(ev); nested && ok && allIdentifiers(sub) {
-			blocks = append(blocks, k)
-			continue
-		}
-		flattenValue(out, p+"."+k, ev.Interface())
-	}
-	for _, k := range blocks {
-		sub, _ := mapValue(m.MapIndex(reflect.ValueOf(k)))
-		flattenMapBlock(out, p, k, reflect.ValueOf(sub), nested, inner)
 	}
 }
 
 // flattenValue adds a value's leaves: a map's keys and a list's indexes
-// extend the path; an empty one is a leaf of its own.
+// extend the path; an empty list is a leaf of its own. A map is "{}" at
+// mapPath, like a block (FormatHCL writes some maps as blocks, some as
+// objects; both read as the same settings).
 func flattenValue(out map[string]string, path string, v any) {
 	rv := reflect.ValueOf(v)
 	for rv.IsValid() && (rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Interface) {
@@ -628,9 +580,8 @@ func flattenValue(out map[string]string, path string, v any) {
 	}
 	switch rv.Kind() {
 	case reflect.Map:
-		if rv.Len() == 0 {
-			out[path] = "{}"
-		}
+		path = mapPath(path)
+		out[path] = "{}"
 		for _, k := range sortedKeys(rv) {
 			flattenValue(out, path+"."+objectKey(k), rv.MapIndex(reflect.ValueOf(k).Convert(rv.Type().Key())).Interface())
 		}
@@ -655,6 +606,10 @@ func flattenValue(out map[string]string, path string, v any) {
 		out[path] = fmt.Sprintf("(%T)", rv.Interface())
 	}
 }
+
+// mapPath is where a map, or an object, is in a flattened path: where an
+// unlabeled block of that name, the first of its type, is (blockPath).
+func mapPath(path string) string { return path + "#0" }
 
 // objectKey is a map key in a flattened path: bare when it is an
 // identifier, quoted otherwise.
@@ -694,17 +649,7 @@ func flattenHCL(src []byte) (map[string]string, error) {
 		}
 	}
 	walk(f.Body.(*hclsyntax.Body), "")
-	delete(out, "job"+labelPathOf(f))
 	return out, errors.Join(errs...)
-}
-
-// labelPathOf is the flattened path of the file's first block (the job),
-// whose presence is not a setting.
-func labelPathOf(f *hcl.File) string {
-	if blocks := f.Body.(*hclsyntax.Body).Blocks; len(blocks) > 0 {
-		return labelPath(blocks[0].Labels)
-	}
-	return ""
 }
 
 // runtimeVars is an evaluation context in which each of Nomad's runtime
@@ -768,9 +713,8 @@ func flattenCty(out map[string]string, path string, v cty.Value) {
 	case v.IsNull():
 		out[path] = "null"
 	case t.IsObjectType() || t.IsMapType():
-		if v.LengthInt() == 0 {
-			out[path] = "{}"
-		}
+		path = mapPath(path)
+		out[path] = "{}"
 		for it := v.ElementIterator(); it.Next(); {
 			k, e := it.Element()
 			flattenCty(out, path+"."+objectKey(k.AsString()), e)

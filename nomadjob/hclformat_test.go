@@ -27,15 +27,8 @@ func TestFormatHCLValuesReadBack(t *testing.T) {
 		"privileged": false,
 		"ratio":      0.25,
 	}
-	src, err := FormatHCL(job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, diags := hclsyntax.ParseConfig(src, "job.hcl", hcl.InitialPos)
-	if diags.HasErrors() {
-		t.Fatalf("invalid HCL: %v\n%s", diags, src)
-	}
-	cfg := findBlock(t, f.Body.(*hclsyntax.Body), "job", "group", "task", "config")
+	src, body := mustFormatHCL(t, job)
+	cfg := findBlock(t, body, "job", "group", "task", "config")
 	ctx := &hcl.EvalContext{Variables: map[string]cty.Value{}}
 	args, diags := cfg.Attributes["args"].Expr.Value(ctx)
 	// ${NOMAD_PORT_app} is left as an interpolation for Nomad (as people
@@ -63,6 +56,16 @@ func TestFormatHCLValuesReadBack(t *testing.T) {
 	if _, err := FormatHCL(job); err == nil || !strings.Contains(err.Error(), "bad") {
 		t.Errorf("unwritable value: err = %v", err)
 	}
+}
+
+// mustFormatHCL formats job and parses the result.
+func mustFormatHCL(t *testing.T, job *api.Job) ([]byte, *hclsyntax.Body) {
+	t.Helper()
+	src, err := FormatHCL(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, assertValidHCL(t, src)
 }
 
 func findBlock(t *testing.T, b *hclsyntax.Body, path ...string) *hclsyntax.Body {
@@ -330,15 +333,7 @@ func TestCheckHCLFindsDifferences(t *testing.T) {
 // finds the blocks a jobspec is made of where Nomad looks for them.
 func TestFormatHCLRoundTripsEveryCase(t *testing.T) {
 	for name, job := range jobCases(t) {
-		src, err := FormatHCL(job)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, diags := hclsyntax.ParseConfig(src, "job.hcl", hcl.InitialPos)
-		if diags.HasErrors() {
-			t.Fatalf("%s: %v", name, diags)
-		}
-		body := f.Body.(*hclsyntax.Body)
+		_, body := mustFormatHCL(t, job)
 		if len(body.Blocks) != 1 || body.Blocks[0].Type != "job" || !slices.Equal(body.Blocks[0].Labels, []string{*job.ID}) {
 			t.Fatalf("%s: want one job %q block", name, *job.ID)
 		}
