@@ -247,9 +247,6 @@ func (x *exchange) detach(ac *appConn) bool { return x.conn.CompareAndSwap(ac, n
 // timedOut returns the timeout that ended the request, or nil.
 func (x *exchange) timedOut() *timeoutError { return x.expired.Load() }
 
-// resetHeader empties the response header.
-func (x *exchange) resetHeader() { clear(x.w.Header()) }
-
 // http.ResponseWriter, with the optional interfaces the proxy needs
 // (Flusher for streaming, Hijacker for upgrades, Unwrap for everything
 // http.ResponseController knows).

@@ -139,7 +139,7 @@ func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, hasBody 
 				if _, err := parseResponseHeader(block, x.Header()); err == nil {
 					x.WriteHeader(code)
 				}
-				x.resetHeader()
+				clear(x.Header())
 			}
 			continue
 		}
@@ -148,7 +148,7 @@ func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, hasBody 
 	hd := x.Header()
 	info, err := parseResponseHeader(block, hd)
 	if err != nil {
-		x.resetHeader()
+		clear(x.Header())
 		return res, err
 	}
 	res.keep = http11 && !info.close || !http11 && info.keepAlive

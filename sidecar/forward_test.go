@@ -276,8 +276,10 @@ func TestForwardClientGoneAbortsApp(t *testing.T) {
 			})
 			cfg := benchConfig(port, 0)
 			s, _ := New(cfg, Options{})
-			url := serveFront(t, s).URL
-			if !front {
+			var url string
+			if front {
+				url = serveFront(t, s).URL
+			} else {
 				srv := httptest.NewServer(s.Handler())
 				defer srv.Close()
 				url = srv.URL

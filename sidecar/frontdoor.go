@@ -74,21 +74,20 @@ func (f *frontDoor) serve() error {
 	}
 }
 
-// shutdown stops accepting, closes idle connections and waits, until ctx
-// ends, for the others to finish their request and close (both servers).
-func (f *frontDoor) shutdown(ctx context.Context) error {
+// shutdown stops accepting, closes idle connections and waits, until
+// deadline, for the others to finish their request and close (both
+// servers); context.DeadlineExceeded says some did not.
+func (f *frontDoor) shutdown(deadline time.Time) error {
 	f.closed.Store(true)
 	_ = f.ln.Close()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	if f.loop == nil {
 		return f.srv.Shutdown(ctx)
 	}
 	f.loop.Shutdown()
 	_ = f.queue.Close()
 	err := f.srv.Shutdown(ctx)
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(time.Hour)
-	}
 	if !f.loop.Wait(time.Until(deadline)) && err == nil {
 		err = context.DeadlineExceeded
 	}

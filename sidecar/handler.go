@@ -303,7 +303,7 @@ func (x *exchange) sidecarError(code int, body []byte) {
 	if x.wroteHeader {
 		return
 	}
-	x.resetHeader()
+	clear(x.Header())
 	hd := x.w.Header()
 	hd["Content-Type"] = textPlain
 	hd["X-Content-Type-Options"] = noSniff

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -94,15 +95,7 @@ func TestAppHostIsWhereTheAppIsReached(t *testing.T) {
 // closes after it: the app's answers and the sidecar's own, on the
 // keepalive loop and on net/http (a request with a body is handed off).
 func TestDrainingResponsesCloseTheirConnection(t *testing.T) {
-	closedPort := func() int {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		return port
-	}()
+	closedPort := testbin.FreePort(t) // nothing listens there
 	for _, c := range []struct {
 		name     string
 		appPort  int

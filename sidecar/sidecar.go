@@ -323,9 +323,7 @@ func (s *Sidecar) drainServer(front *frontDoor) DrainReport {
 
 	sleepCtx(context.Background(), min(s.cfg.DrainGrace, time.Until(deadline)))
 
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	err := front.shutdown(ctx)
+	err := front.shutdown(deadline)
 	// Shutdown does not wait for hijacked connections (websockets); their
 	// handlers are still counted in flight.
 	for s.meter.inFlight() > 0 && time.Now().Before(deadline) {

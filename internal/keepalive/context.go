@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// requestContext is the context of a request served on a taken-over
-// connection (keepalive.go). Like the context net/http gives a request, it
-// is canceled when the client goes away and once the request is over; it
-// carries the values of the connection's net/http context.
+// requestContext is the context of a request the loop serves (server.go).
+// Like the context net/http gives a request, it is canceled when the
+// client goes away and once the request is over; it carries the values of
+// the connection's net/http context.
 //
 // net/http learns that a client left from a read it keeps pending on the
 // connection during every request (a goroutine, a read and three deadline
@@ -37,11 +37,16 @@ type requestContext struct {
 
 	err atomic.Pointer[error]
 
+	// used is set (under mu) by Done and AfterFunc: the context is then
+	// not reusable, and end has a watcher to stop and a cancel to do.
+	// Atomic so that begin and end, once per request, take no lock for
+	// the common context nobody waited on.
+	used atomic.Bool
+
 	mu      sync.Mutex
 	done    chan struct{}
 	afters  []*ctxAfter
 	watcher *clientWatcher
-	used    bool // Done or AfterFunc was called: not reusable
 }
 
 // clientCheckInterval is how often Err looks at the client's socket at
@@ -62,12 +67,12 @@ func newRequestContext(parent context.Context, c *conn) *requestContext {
 	return &requestContext{parent: parent, conn: c}
 }
 
-// begin readies the context for a request starting at now; it reports
-// false when the context cannot be reused (a new one is needed).
+// begin readies the context for a request starting at about now (a
+// clock reading the loop already has: an earlier one only makes the first
+// look at the client come sooner); it reports false when the context
+// cannot be reused (a new one is needed).
 func (rc *requestContext) begin(now time.Time) bool {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if rc.used || rc.err.Load() != nil {
+	if rc.used.Load() || rc.err.Load() != nil {
 		return false
 	}
 	rc.checked.Store(int64(now.Sub(clockBase)))
@@ -76,19 +81,19 @@ func (rc *requestContext) begin(now time.Time) bool {
 
 // end is called when the request is over: a waiting watcher is stopped
 // and, if anybody may still hold the context, it is canceled, as net/http
-// does when the handler returns.
+// does when the handler returns. A context nobody waited on has neither.
 func (rc *requestContext) end() {
+	if !rc.used.Load() {
+		return
+	}
 	rc.mu.Lock()
 	w := rc.watcher
 	rc.watcher = nil
-	used := rc.used
 	rc.mu.Unlock()
 	if w != nil {
 		w.stop()
 	}
-	if used {
-		rc.cancel(context.Canceled)
-	}
+	rc.cancel(context.Canceled)
 }
 
 func (rc *requestContext) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -118,7 +123,7 @@ func (rc *requestContext) Err() error {
 func (rc *requestContext) Done() <-chan struct{} {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	rc.used = true
+	rc.used.Store(true)
 	if rc.done == nil {
 		rc.done = make(chan struct{})
 		if rc.err.Load() != nil {
@@ -134,7 +139,7 @@ func (rc *requestContext) Done() <-chan struct{} {
 func (rc *requestContext) AfterFunc(f func()) func() bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	rc.used = true
+	rc.used.Store(true)
 	if rc.err.Load() != nil {
 		go f()
 		return func() bool { return false }

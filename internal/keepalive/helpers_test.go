@@ -105,7 +105,7 @@ type response struct {
 	close    bool
 	chunked  bool
 	length   int64
-	hasDate  bool
+	dates    int // Date fields (their values vary, so only counted)
 	readFail error
 }
 
@@ -123,7 +123,7 @@ func (rc *rawConn) read(method string) response {
 		trailer: resp.Trailer, close: resp.Close, length: resp.ContentLength,
 		chunked: len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked",
 	}
-	_, r.hasDate = resp.Header["Date"]
+	r.dates = len(resp.Header["Date"])
 	delete(r.header, "Date")
 	return r
 }

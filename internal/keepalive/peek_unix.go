@@ -68,10 +68,7 @@ func (c *conn) clientGone() bool {
 	case peekDeadline:
 		// A stale read deadline from an earlier request hides the socket;
 		// clear it (the loop sets its own before the next read) and look.
-		c.deadlineMu.Lock()
-		_ = c.nc.SetReadDeadline(time.Time{})
-		c.rdl = time.Time{}
-		c.deadlineMu.Unlock()
+		c.setReadDeadline(time.Time{})
 		return c.peek(false) == peekGone
 	}
 	return false
@@ -121,10 +118,7 @@ func (w *clientWatcher) run(onGone func()) {
 				return
 			}
 			// A stale deadline from an earlier request: wait without one.
-			w.c.deadlineMu.Lock()
-			_ = w.c.nc.SetReadDeadline(time.Time{})
-			w.c.rdl = time.Time{}
-			w.c.deadlineMu.Unlock()
+			w.c.setReadDeadline(time.Time{})
 			w.mu.Unlock()
 		}
 	}
@@ -135,13 +129,8 @@ func (w *clientWatcher) run(onGone func()) {
 func (w *clientWatcher) stop() {
 	w.mu.Lock()
 	w.stopped = true
-	w.c.deadlineMu.Lock()
-	_ = w.c.nc.SetReadDeadline(pastDeadline)
-	w.c.deadlineMu.Unlock()
+	w.c.setReadDeadline(pastDeadline)
 	w.mu.Unlock()
 	<-w.exited
-	w.c.deadlineMu.Lock()
-	_ = w.c.nc.SetReadDeadline(time.Time{})
-	w.c.rdl = time.Time{}
-	w.c.deadlineMu.Unlock()
+	w.c.setReadDeadline(time.Time{})
 }

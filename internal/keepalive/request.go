@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/internal/h1"
 	"golang.org/x/net/http/httpguts"
@@ -34,10 +33,10 @@ func (c *conn) parseRequest(head []byte) bool {
 	}
 
 	req := c.req
-	if !c.rctx.begin(time.Now()) {
+	if !c.rctx.begin(c.waitedAt) {
 		// Somebody waited on the last request's context: it is spent.
 		c.rctx = newRequestContext(c.rctx.parent, c)
-		c.rctx.begin(time.Now())
+		c.rctx.begin(c.waitedAt)
 		req = req.WithContext(c.rctx)
 		c.req = req
 	}

@@ -27,6 +27,7 @@ import (
 type responseWriter struct {
 	c   *conn
 	req *http.Request
+	hdr http.Header // made for the first request, then cleared for each
 
 	status      int
 	wroteHeader bool // final status set
@@ -47,21 +48,31 @@ type responseWriter struct {
 	err              error // writing to the client failed
 
 	scratch [32]byte
+
+	// The write deadline set last, and how much later than asked it may
+	// be (SetWriteDeadline); they outlive the request, as the deadline.
+	wdl      time.Time
+	wdlSlack time.Duration
 }
 
 // pendingCap is how much body waits for the head before it is sent
 // chunked: net/http's bufferBeforeChunkingSize.
 const pendingCap = 2048
 
-func (w *responseWriter) reset(req *http.Request, closeAfter bool) {
-	clear(w.header())
+// reset readies w for req. Whether Shutdown closes the connection is
+// decided when the head goes out (sendHead, WriteRawHead), not here.
+func (w *responseWriter) reset(req *http.Request) {
+	if w.hdr == nil {
+		w.hdr = make(http.Header, 16)
+	}
+	clear(w.hdr)
 	w.req = req
 	w.status = 0
 	w.wroteHeader = false
 	w.headSent = false
 	w.chunked = false
 	w.isHead = req.Method == http.MethodHead
-	w.closeAfter = closeAfter || req.Close
+	w.closeAfter = req.Close
 	w.cl = -1
 	w.written = 0
 	w.pending = w.pending[:0]
@@ -71,15 +82,7 @@ func (w *responseWriter) reset(req *http.Request, closeAfter bool) {
 	w.err = nil
 }
 
-// header is the connection's response header map, made once.
-func (w *responseWriter) header() http.Header {
-	if w.c.respHeader == nil {
-		w.c.respHeader = make(http.Header, 16)
-	}
-	return w.c.respHeader
-}
-
-func (w *responseWriter) Header() http.Header { return w.header() }
+func (w *responseWriter) Header() http.Header { return w.hdr }
 
 func (w *responseWriter) WriteHeader(code int) {
 	if code < 100 || code > 999 {
@@ -92,16 +95,14 @@ func (w *responseWriter) WriteHeader(code int) {
 			return
 		}
 		w.writeStatusLine(code)
-		for k, vv := range w.header() {
+		for k, vv := range w.hdr {
 			if k == "Content-Length" || k == "Transfer-Encoding" || strings.HasPrefix(k, http.TrailerPrefix) {
 				continue
 			}
 			w.writeField(k, vv)
 		}
 		w.c.bw.WriteString("\r\n")
-		if err := w.c.bw.Flush(); err != nil && w.err == nil {
-			w.err = err
-		}
+		w.noteErr(w.c.bw.Flush())
 		return
 	}
 	if w.wroteHeader {
@@ -109,7 +110,7 @@ func (w *responseWriter) WriteHeader(code int) {
 	}
 	w.wroteHeader = true
 	w.status = code
-	hd := w.header()
+	hd := w.hdr
 	for k := range hd {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
 			w.trailersDeclared = true
@@ -143,7 +144,7 @@ func (w *responseWriter) WriteHeader(code int) {
 }
 
 func (w *responseWriter) hasType() bool {
-	hd := w.header()
+	hd := w.hdr
 	_, ok := hd["Content-Type"]
 	return ok || len(hd["Content-Encoding"]) > 0 || len(hd["Transfer-Encoding"]) > 0
 }
@@ -229,24 +230,21 @@ func (w *responseWriter) Flush() {
 }
 
 // SetWriteDeadline moves the connection's write deadline to t or a little
-// later (up to a second, or an eighth of the time left): the gateway sets
-// one per request, and moving it once a second instead of per request
-// spares a timer update each.
+// later: the gateway sets one per request, and moving it once a second
+// instead of per request spares a timer update each. The slack, a second
+// or an eighth of the time left, is chosen when the deadline moves and
+// kept until it moves again, so a deadline that stays costs no clock
+// reading either.
 func (w *responseWriter) SetWriteDeadline(t time.Time) error {
-	c := w.c
-	if t.IsZero() {
-		if c.wdl.IsZero() {
-			return nil
-		}
-	} else {
-		slack := min(time.Second, time.Until(t)/8)
-		if !c.wdl.Before(t) && !c.wdl.After(t.Add(slack)) {
-			return nil
-		}
-		t = t.Add(max(slack, 0))
+	if !w.wdl.Before(t) && !w.wdl.After(t.Add(w.wdlSlack)) {
+		return nil // also: both zero
 	}
-	c.wdl = t
-	return c.nc.SetWriteDeadline(t)
+	w.wdlSlack = 0
+	if !t.IsZero() {
+		w.wdlSlack = max(min(time.Second, time.Until(t)/8), 0)
+	}
+	w.wdl = t.Add(w.wdlSlack)
+	return w.c.nc.SetWriteDeadline(w.wdl)
 }
 
 // SetReadDeadline: requests in the loop have no body to read.
@@ -278,7 +276,7 @@ func (w *responseWriter) finish() error {
 }
 
 func (w *responseWriter) writeTrailers() {
-	hd := w.header()
+	hd := w.hdr
 	for k, vv := range hd {
 		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
 			w.writeField(name, vv)
@@ -297,7 +295,7 @@ func (w *responseWriter) writeTrailers() {
 // is not changed: what net/http would add or drop is decided here.
 func (w *responseWriter) sendHead(first []byte, final bool) {
 	w.headSent = true
-	hd := w.header()
+	hd := w.hdr
 	code := w.status
 	bodyOK := bodyAllowedForStatus(code)
 
@@ -307,15 +305,15 @@ func (w *responseWriter) sendHead(first []byte, final bool) {
 		te = v[0]
 	}
 	var (
-		dropCL, dropTE, dropType, dropConn bool
-		addCL, addChunked, addClose        bool
-		sniffed                            string
+		dropCL, dropTE, dropType bool
+		addCL, addChunked        bool
+		sniffed                  string
 	)
 	if final && !declared && te == "" && bodyOK && w.cl < 0 && (!w.isHead || len(first) > 0) {
 		w.cl = int64(len(first))
 		addCL = true
 	}
-	if h1.HasToken(hd["Connection"], "close") {
+	if h1.HasToken(hd["Connection"], "close") || w.c.s.closing.Load() {
 		w.closeAfter = true
 	}
 	if bodyOK {
@@ -343,30 +341,42 @@ func (w *responseWriter) sendHead(first []byte, final bool) {
 		dropTE, addChunked = true, true
 		dropCL = true
 	}
-	if w.closeAfter || w.c.s.closing.Load() {
-		w.closeAfter = true
-		dropConn, addClose = true, true
-	}
 
 	w.writeStatusLine(code)
 	bw := w.c.bw
 	for k, vv := range hd {
 		switch {
 		case k == "Content-Length" && dropCL, k == "Transfer-Encoding" && dropTE,
-			k == "Content-Type" && dropType, k == "Connection" && dropConn,
+			k == "Content-Type" && dropType, k == "Connection" && w.closeAfter, // endHead says close
 			strings.HasPrefix(k, http.TrailerPrefix), len(w.lateTrailers) > 0 && slices.Contains(w.lateTrailers, k):
 		default:
 			w.writeField(k, vv)
 		}
 	}
-	if addCL {
-		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(w.scratch[:0], w.cl, 10))
-		bw.WriteString("\r\n")
-	}
 	if sniffed != "" {
 		bw.WriteString("Content-Type: ")
 		bw.WriteString(sniffed)
+		bw.WriteString("\r\n")
+	}
+	if addChunked {
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+	}
+	cl := int64(-1)
+	if addCL {
+		cl = w.cl
+	}
+	w.endHead(cl, hasDate)
+}
+
+// endHead ends a head in the connection's buffer with what both kinds of
+// head (sendHead, WriteRawHead) may add: a Content-Length of cl (none if
+// negative), a Date unless the handler gave one, Connection: close when the
+// connection closes after this response, and the blank line.
+func (w *responseWriter) endHead(cl int64, hasDate bool) {
+	bw := w.c.bw
+	if cl >= 0 {
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(w.scratch[:0], cl, 10))
 		bw.WriteString("\r\n")
 	}
 	if !hasDate {
@@ -374,10 +384,7 @@ func (w *responseWriter) sendHead(first []byte, final bool) {
 		bw.Write(time.Now().UTC().AppendFormat(w.scratch[:0], http.TimeFormat))
 		bw.WriteString("\r\n")
 	}
-	if addChunked {
-		bw.WriteString("Transfer-Encoding: chunked\r\n")
-	}
-	if addClose {
+	if w.closeAfter {
 		bw.WriteString("Connection: close\r\n")
 	}
 	_, err := bw.WriteString("\r\n")
@@ -456,7 +463,7 @@ type RawHeadWriter interface {
 // holding Fields and a Content-Length of h.Length.
 func (w *responseWriter) WriteRawHead(h RawHead) bool {
 	if w.wroteHeader || w.isHead || h.Length < 0 || h.Status < 200 || h.Status > 999 ||
-		!bodyAllowedForStatus(h.Status) || len(w.header()) > 0 {
+		!bodyAllowedForStatus(h.Status) || len(w.hdr) > 0 {
 		return false
 	}
 	w.wroteHeader, w.headSent = true, true
@@ -465,20 +472,7 @@ func (w *responseWriter) WriteRawHead(h RawHead) bool {
 		w.closeAfter = true
 	}
 	w.writeStatusLine(h.Status)
-	bw := w.c.bw
-	bw.Write(h.Fields)
-	bw.WriteString("Content-Length: ")
-	bw.Write(strconv.AppendInt(w.scratch[:0], h.Length, 10))
-	bw.WriteString("\r\n")
-	if !h.HasDate {
-		bw.WriteString("Date: ")
-		bw.Write(time.Now().UTC().AppendFormat(w.scratch[:0], http.TimeFormat))
-		bw.WriteString("\r\n")
-	}
-	if w.closeAfter {
-		bw.WriteString("Connection: close\r\n")
-	}
-	_, err := bw.WriteString("\r\n")
-	w.noteErr(err)
+	w.c.bw.Write(h.Fields)
+	w.endHead(h.Length, h.HasDate)
 	return true
 }

@@ -3,11 +3,13 @@ package keepalive
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Every way a handler can answer comes out framed as net/http frames it:
@@ -150,8 +152,8 @@ func twoResponses(t *testing.T, addr, method string) string {
 			fmt.Fprintf(&b, "#%d: read failed\n", i)
 			return b.String()
 		}
-		fmt.Fprintf(&b, "#%d: %d header=%v body=%q bodyErr=%v trailer=%v close=%v chunked=%v length=%d date=%v\n",
-			i, r.status, r.header, r.body, r.bodyErr != nil, r.trailer, r.close, r.chunked, r.length, r.hasDate)
+		fmt.Fprintf(&b, "#%d: %d header=%v body=%q bodyErr=%v trailer=%v close=%v chunked=%v length=%d dates=%d\n",
+			i, r.status, r.header, r.body, r.bodyErr != nil, r.trailer, r.close, r.chunked, r.length, r.dates)
 		if r.close || r.bodyErr != nil {
 			fmt.Fprintf(&b, "closed=%v\n", rc.closed())
 			return b.String()
@@ -232,5 +234,58 @@ func TestRawHeadAsNetHTTPFramesIt(t *testing.T) {
 				t.Errorf("WriteRawHead took it: %v, want %v", taken.Load(), c.taken)
 			}
 		})
+	}
+}
+
+// deadlineConn records the write deadlines set on it.
+type deadlineConn struct {
+	net.Conn
+	set []time.Time
+}
+
+func (d *deadlineConn) SetWriteDeadline(t time.Time) error {
+	d.set = append(d.set, t)
+	return nil
+}
+
+// SetWriteDeadline moves the deadline only when the one set last is
+// earlier than asked or later by more than its slack; zero clears it.
+func TestSetWriteDeadlineMovesLazily(t *testing.T) {
+	dc := &deadlineConn{}
+	w := &responseWriter{c: &conn{nc: dc}}
+	base := time.Now().Add(time.Minute)
+	soon := time.Now().Add(2 * time.Second) // slack: an eighth of 2s
+	steps := []struct {
+		t    time.Time
+		move bool
+	}{
+		{time.Time{}, false}, // none set, none asked
+		{base, true},         // first: base plus a second of slack
+		{base.Add(300 * time.Millisecond), false}, // within the slack
+		{base.Add(time.Second), false},            // at its end
+		{base.Add(1100 * time.Millisecond), true}, // past it: later
+		{base.Add(-100 * time.Millisecond), true}, // more than the slack before it: earlier
+		{soon, true}, // slack about 250ms
+		{soon.Add(200 * time.Millisecond), false}, // within it
+		{soon.Add(300 * time.Millisecond), true},  // past it
+		{time.Time{}, true},                       // cleared
+		{time.Time{}, false},
+	}
+	for i, s := range steps {
+		before := len(dc.set)
+		if err := w.SetWriteDeadline(s.t); err != nil {
+			t.Fatal(err)
+		}
+		if moved := len(dc.set) > before; moved != s.move {
+			t.Fatalf("step %d (%v): moved %v, want %v", i, s.t, moved, s.move)
+		}
+		if len(dc.set) == 0 {
+			continue
+		}
+		// Moved or not, the deadline in force is what was asked, or up
+		// to a second later.
+		if got := dc.set[len(dc.set)-1]; got.Before(s.t) || got.After(s.t.Add(time.Second)) || got.IsZero() != s.t.IsZero() {
+			t.Fatalf("step %d: deadline %v for %v: want it at most a second later", i, got, s.t)
+		}
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -72,6 +73,8 @@ type Server struct {
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
 	active  sync.WaitGroup
+	// readers and writers hold the buffers of connections that ended.
+	readers, writers sync.Pool
 }
 
 // Supported tells whether this platform has what a Server needs (a socket
@@ -151,10 +154,21 @@ func Eligible(r *http.Request) bool {
 // net/http's; a request head must fit in the read buffer.
 const bufferSize = 4 << 10
 
-var (
-	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufferSize) }}
-	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, bufferSize) }}
-)
+// buffers returns read and write buffers on rw, from the pools if they
+// have some.
+func (s *Server) buffers(rw io.ReadWriter) (*bufio.Reader, *bufio.Writer) {
+	br, ok := s.readers.Get().(*bufio.Reader)
+	if !ok {
+		br = bufio.NewReaderSize(nil, bufferSize)
+	}
+	bw, ok := s.writers.Get().(*bufio.Writer)
+	if !ok {
+		bw = bufio.NewWriterSize(nil, bufferSize)
+	}
+	br.Reset(rw)
+	bw.Reset(rw)
+	return br, bw
+}
 
 // ServeConn serves nc until the client closes it, it idles out, a request
 // or the response asks to close it, Shutdown, or a request the loop does
@@ -171,11 +185,7 @@ func (s *Server) ServeConn(nc net.Conn, br *bufio.Reader, bw *bufio.Writer, firs
 	}
 	pooled := br == nil
 	if pooled {
-		rw := rawio.New(nc)
-		br = readers.Get().(*bufio.Reader)
-		br.Reset(rw)
-		bw = writers.Get().(*bufio.Writer)
-		bw.Reset(rw)
+		br, bw = s.buffers(rawio.New(nc))
 	}
 	c := &conn{s: s, nc: nc, br: br, bw: bw, remote: nc.RemoteAddr().String()}
 	if first != nil {
@@ -205,9 +215,9 @@ func (s *Server) ServeConn(nc net.Conn, br *bufio.Reader, bw *bufio.Writer, firs
 	handedOff := c.serve(first)
 	if pooled && !handedOff {
 		br.Reset(nil)
-		readers.Put(br)
+		s.readers.Put(br)
 		bw.Reset(nil)
-		writers.Put(bw)
+		s.writers.Put(bw)
 	}
 }
 
@@ -225,25 +235,33 @@ type conn struct {
 	rctx *requestContext
 	vals []string // header values of the current request
 	w    responseWriter
-	// respHeader is the response header map every request reuses.
-	respHeader http.Header
+	// waitedAt is the clock reading readHead took before waiting for the
+	// current request (for a pipelined one, an earlier request's; for the
+	// request net/http read, ServeConn's). It is near enough to the
+	// request's start for its context (begin), which then needs no
+	// reading of its own.
+	waitedAt time.Time
 
 	// idle is true while the loop waits for a request (Shutdown may
 	// interrupt it then).
 	idle atomic.Bool
 
-	// deadlineMu guards the read deadline and rdl: the loop, the client
-	// watcher and Shutdown all move it.
+	// deadlineMu orders the changes of the read deadline, with rdl: the
+	// loop, the client watcher, Err and Shutdown all move it.
 	deadlineMu sync.Mutex
-	rdl        time.Time // read deadline set last; zero: none or unknown
-	wdl        time.Time // write deadline set last (loop goroutine only)
+	// rdl is the read deadline set last, in Unix ns (0: none).
+	// Atomic so that the loop can see without the lock that the idle
+	// deadline need not move, as on nearly every request: a change made
+	// under the lock after that look wins, as it would after the lock.
+	rdl atomic.Int64
 }
 
 // serve is the loop; it reports whether the connection was handed off.
 func (c *conn) serve(first *http.Request) (handedOff bool) {
 	if first != nil {
 		c.rctx = newRequestContext(first.Context(), c)
-		c.rctx.begin(time.Now())
+		c.waitedAt = time.Now()
+		c.rctx.begin(c.waitedAt)
 		c.req = first.WithContext(c.rctx)
 		if !c.serveRequest() {
 			c.close()
@@ -277,13 +295,11 @@ func (c *conn) handOff() {
 		c.close()
 		return
 	}
-	c.idle.Store(false)
 	// The new owner sets its own deadlines.
 	c.deadlineMu.Lock()
 	_ = c.nc.SetDeadline(time.Time{})
-	c.rdl = time.Time{}
+	c.rdl.Store(0)
 	c.deadlineMu.Unlock()
-	c.wdl = time.Time{}
 	_ = c.bw.Flush()
 	var nc net.Conn = c.nc
 	if c.br.Buffered() > 0 {
@@ -297,7 +313,7 @@ func (c *conn) handOff() {
 // serveRequest runs the handler for c.req and finishes its response. It
 // reports whether the connection may serve another request.
 func (c *conn) serveRequest() (keep bool) {
-	c.w.reset(c.req, c.s.closing.Load())
+	c.w.reset(c.req)
 	defer c.rctx.end()
 	if !c.runHandler() {
 		return false
@@ -331,7 +347,8 @@ var errClosing = errors.New("server shutting down")
 func (c *conn) readHead() ([]byte, error) {
 	if c.br.Buffered() == 0 {
 		c.idle.Store(true)
-		c.setIdleDeadline(time.Now())
+		c.waitedAt = time.Now()
+		c.setIdleDeadline(c.waitedAt)
 		if c.s.closing.Load() {
 			return nil, errClosing
 		}
@@ -370,41 +387,43 @@ var (
 	lfcrlf   = []byte("\n\r\n")
 )
 
-// setIdleDeadline makes the read deadline now+IdleTimeout plus up to
-// idleSlack: it is moved once per idleSlack at most, not per request.
+// setIdleDeadline makes the read deadline now+IdleTimeout plus up to a
+// slack (a second, or an eighth of IdleTimeout): it is moved once per slack
+// at most, not per request.
 func (c *conn) setIdleDeadline(now time.Time) {
-	c.deadlineMu.Lock()
-	defer c.deadlineMu.Unlock()
-	if c.s.IdleTimeout <= 0 {
-		if !c.rdl.IsZero() {
-			_ = c.nc.SetReadDeadline(time.Time{})
-			c.rdl = time.Time{}
-		}
+	var want time.Time // zero: no deadline
+	var slack time.Duration
+	if c.s.IdleTimeout > 0 {
+		want = now.Add(c.s.IdleTimeout)
+		slack = min(time.Second, c.s.IdleTimeout/8)
+	}
+	if d, w := c.rdl.Load(), unixNano(want); d >= w && d <= w+int64(slack) {
 		return
 	}
-	want := now.Add(c.s.IdleTimeout)
-	slack := min(time.Second, c.s.IdleTimeout/8)
-	if c.rdl.Before(want) || c.rdl.After(want.Add(slack)) {
-		c.rdl = want.Add(slack)
-		_ = c.nc.SetReadDeadline(c.rdl)
-	}
+	c.setReadDeadline(want.Add(slack))
 }
 
+// setReadDeadline sets the read deadline (t zero: none) and rdl.
 func (c *conn) setReadDeadline(t time.Time) {
 	c.deadlineMu.Lock()
-	c.rdl = t
+	c.rdl.Store(unixNano(t))
 	_ = c.nc.SetReadDeadline(t)
 	c.deadlineMu.Unlock()
+}
+
+// unixNano is t in Unix ns, 0 for the zero time (no deadline).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // interruptIfIdle wakes a loop that waits for a request (Shutdown); it
 // then sees closing and closes the connection.
 func (c *conn) interruptIfIdle() {
 	if c.idle.Load() {
-		c.deadlineMu.Lock()
-		_ = c.nc.SetReadDeadline(pastDeadline)
-		c.rdl = pastDeadline
-		c.deadlineMu.Unlock()
+		c.setReadDeadline(pastDeadline)
 	}
 }
 
