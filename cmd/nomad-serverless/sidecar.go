@@ -76,6 +76,7 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 	if *accessLog {
 		cfg.AccessLog = true
 	}
+	sidecar.SetRuntimeDefaults(e.getenv)
 	if e.getenv("GOGC") == "" {
 		// The sidecar's live heap is about 1 MiB; the default GOGC lets
 		// the heap grow to Go's 4 MiB minimum before collecting. Halving it
