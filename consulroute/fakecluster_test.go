@@ -2,15 +2,15 @@ package consulroute_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"testing"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
-
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
+	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -18,9 +18,7 @@ import (
 // the activator's instances are left out of what we count.
 func TestStandInCarriesTheRevisionsTags(t *testing.T) {
 	c := fakecluster.Start(t, fakecluster.Options{CheckInterval: 100 * time.Millisecond})
-	cfg := consulapi.DefaultConfig()
-	cfg.Address = c.Consul.Addr()
-	cl, err := consulroute.NewClient(cfg, consulroute.WithReplica("r1"))
+	cl, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica("r1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,20 +35,13 @@ func TestStandInCarriesTheRevisionsTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{spec.TagServerless, spec.TagServicePrefix + "whoami", spec.TagActivator, "traefik.enable=true"}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		inst := c.Consul.Services("whoami-00001")
-		if len(inst) != 1 || !slices.Equal(inst[0].Tags, want) || inst[0].Port != port {
-			t.Fatalf("stand-in %+v, want tags %v on port %d", inst, want, port)
-		}
-		if inst[0].Status == "passing" {
-			break // its TCP check reaches the gateway
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stand-in's check on the gateway does not pass: %+v", inst)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if inst := c.Consul.Services("whoami-00001"); len(inst) != 1 || !slices.Equal(inst[0].Tags, want) || inst[0].Port != port {
+		t.Fatalf("stand-in %+v, want tags %v on port %d", inst, want, port)
 	}
+	testbin.Eventually(t, 5*time.Second, 50*time.Millisecond, "the stand-in's check on the gateway passes", func() (bool, string) {
+		inst := c.Consul.Services("whoami-00001")
+		return len(inst) == 1 && inst[0].Status == "passing", fmt.Sprintf("%+v", inst)
+	})
 	if h, err := cl.Health(ctx, "whoami-00001"); err != nil || len(h) != 0 {
 		t.Errorf("Health counts the stand-in: %+v, %v", h, err)
 	}

@@ -39,8 +39,6 @@ type Client struct {
 	// (UpdateScaling); conflictRetries bounds UpdateScaling's re-reads.
 	unboundedMax    int
 	conflictRetries int
-	// Event stream reconnect backoff.
-	backoffMin, backoffMax time.Duration
 	// now stamps JobMetaCreated.
 	now func() time.Time
 
@@ -70,8 +68,6 @@ func NewClient(cfg *api.Config) (*Client, error) {
 		log:             slog.Default(),
 		unboundedMax:    UnboundedMax,
 		conflictRetries: 5,
-		backoffMin:      500 * time.Millisecond,
-		backoffMax:      30 * time.Second,
 		now:             time.Now,
 		namespaces:      map[string]string{},
 	}, nil

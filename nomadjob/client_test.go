@@ -37,7 +37,6 @@ func newClientAt(t *testing.T, addr string) *Client {
 	}
 	c.now = func() time.Time { return fixedNow }
 	c.SetLogger(slog.New(slog.DiscardHandler))
-	c.backoffMin, c.backoffMax = time.Millisecond, 5*time.Millisecond
 	return c
 }
 

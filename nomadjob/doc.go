@@ -9,7 +9,7 @@
 // Client is a thin adapter over the Nomad API client: register with
 // optimistic concurrency, scale (it satisfies autoscaler.Scaler), update
 // scaling settings in place, list revisions and allocations, stop, purge,
-// and follow Nomad's event stream (StreamEvents once, for callers that list
-// again after a break; WatchEvents resuming by itself). Its errors say what
+// and follow Nomad's event stream (StreamEvents, once: the caller lists
+// again after a break, as a resumed stream may have a gap). Its errors say what
 // was being done, to which revision, and what the user can do (see Error).
 package nomadjob

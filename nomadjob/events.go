@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/nomad-serverless/nomad-serverless/spec"
@@ -88,67 +87,11 @@ func (c *Client) StreamEvents(ctx context.Context, since uint64, fn func(Event))
 		}
 		return since, c.wrap(watchOp, api.AllNamespacesNamespace, capRead, err)
 	}
-	index, _, err := c.drain(ctx, ch, since, newEventFilter(), fn)
+	index, err := c.drain(ctx, ch, since, newEventFilter(), fn)
 	if cerr := ctx.Err(); cerr != nil {
 		return index, cerr
 	}
 	return index, fmt.Errorf("%w at index %d: %w", ErrStreamEnded, index, err)
-}
-
-// WatchEvents follows Nomad's event stream (topics Job and Allocation, all
-// namespaces) from index since (0: from now) and calls fn, in order, for
-// every change to a revision job of ours or to one of its allocations.
-// Other jobs' events are skipped; heartbeats are ignored.
-//
-// When the stream breaks it reconnects after a pause (doubling from
-// 0.5 s up to 30 s, reset by every event received) and resumes after the
-// last index it delivered, so nothing is missed while Nomad still holds
-// the events (see StreamEvents for callers that cannot risk a gap). It
-// returns ctx's error when ctx ends, or an error Nomad will keep giving (a
-// permission error, for one) without retrying.
-func (c *Client) WatchEvents(ctx context.Context, since uint64, fn func(Event)) error {
-	f := newEventFilter()
-	index := since
-	backoff := c.backoffMin
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		sctx, cancel := context.WithCancel(ctx)
-		ch, err := c.openStream(sctx, index)
-		streamed := false
-		if err == nil {
-			streamed = true
-			var received bool
-			index, received, err = c.drain(ctx, ch, index, f, fn)
-			if received {
-				backoff = c.backoffMin
-			}
-		}
-		cancel()
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		// A stream that was open and broke is always worth reopening; a
-		// stream that could not be opened only for transient reasons.
-		if streamed {
-			c.log.Warn("Nomad event stream ended; reconnecting", "addr", c.addr, "index", index, "retry_in", backoff, "err", err)
-		} else {
-			werr := c.wrap(watchOp, api.AllNamespacesNamespace, capRead, err)
-			if !IsTransient(werr) {
-				return werr
-			}
-			c.log.Warn("cannot open Nomad's event stream; retrying", "index", index, "retry_in", backoff, "err", werr)
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, c.backoffMax)
-	}
 }
 
 // watchOp names the event stream in errors.
@@ -162,21 +105,19 @@ func (c *Client) openStream(ctx context.Context, index uint64) (<-chan *api.Even
 }
 
 // drain delivers events from an open stream until it breaks or ctx ends.
-// It returns the index to resume from and whether any event came.
-func (c *Client) drain(ctx context.Context, ch <-chan *api.Events, index uint64, f *eventFilter, fn func(Event)) (uint64, bool, error) {
-	received := false
+// It returns the index to resume from.
+func (c *Client) drain(ctx context.Context, ch <-chan *api.Events, index uint64, f *eventFilter, fn func(Event)) (uint64, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return index, received, ctx.Err()
+			return index, ctx.Err()
 		case evs, ok := <-ch:
 			if !ok {
-				return index, received, io.EOF
+				return index, io.EOF
 			}
 			if evs.Err != nil {
-				return index, received, evs.Err
+				return index, evs.Err
 			}
-			received = true
 			for _, e := range evs.Events {
 				if ev, ok := f.translate(c, e); ok {
 					fn(ev)
@@ -188,15 +129,14 @@ func (c *Client) drain(ctx context.Context, ch <-chan *api.Events, index uint64,
 				index = evs.Index + 1
 			}
 			if err := ctx.Err(); err != nil {
-				return index, received, err
+				return index, err
 			}
 		}
 	}
 }
 
 // eventFilter remembers which jobs the stream has shown not to be ours, so
-// their allocations are skipped too. It is used by one WatchEvents or
-// StreamEvents call.
+// their allocations are skipped too. It is used by one StreamEvents call.
 type eventFilter struct {
 	notOurs map[string]bool // namespace/job ID
 }

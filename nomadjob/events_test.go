@@ -28,22 +28,33 @@ func streamExchange(name, index, text string) fixtures.Exchange {
 	}
 }
 
-// collect runs WatchEvents until an event at index stopAt arrives.
+// collect follows the stream as serve's feed does, reopening it from the
+// index StreamEvents returns after a break or a transient error, until an
+// event at index stopAt arrives (then it returns ctx's error) or an error
+// that retrying will not mend.
 func collect(t *testing.T, c *Client, since, stopAt uint64) ([]Event, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	var mu sync.Mutex
 	var evs []Event
-	err := c.WatchEvents(ctx, since, func(e Event) {
+	fn := func(e Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		evs = append(evs, e)
 		if e.Index >= stopAt {
 			cancel()
 		}
-	})
-	return evs, err
+	}
+	var err error
+	for range 10 {
+		since, err = c.StreamEvents(ctx, since, fn)
+		if ctx.Err() != nil || !(errors.Is(err, ErrStreamEnded) || IsTransient(err)) {
+			return evs, err
+		}
+	}
+	t.Fatalf("stream reopened 10 times without reaching index %d: %v", stopAt, err)
+	return nil, nil
 }
 
 type allocWant struct {
@@ -98,12 +109,12 @@ func checkStream(t *testing.T, evs []Event) {
 	}
 }
 
-func TestWatchEvents(t *testing.T) {
+func TestStreamEvents(t *testing.T) {
 	stream := string(fixtures.ReadFile(t, "nomad-1.6/011-event-stream.ndjson"))
 	c, r := newTestClient(t, streamExchange("stream", "0", stream))
 	evs, err := collect(t, c, 0, 21)
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("WatchEvents returned %v, want context.Canceled", err)
+		t.Fatalf("StreamEvents returned %v, want context.Canceled", err)
 	}
 	checkStream(t, evs)
 	if ns := r.Received()[0].Query.Get("namespace"); ns != "*" {
@@ -111,11 +122,11 @@ func TestWatchEvents(t *testing.T) {
 	}
 }
 
-func TestWatchEventsResumesAfterBreak(t *testing.T) {
+func TestStreamEventsResumesAfterBreak(t *testing.T) {
 	lines := strings.SplitAfter(string(fixtures.ReadFile(t, "nomad-1.6/011-event-stream.ndjson")), "\n")
-	// The first connection breaks after the event at index 15; the client
-	// must reconnect from 16 and get the rest exactly once. A server error
-	// on the way is retried too.
+	// The first connection breaks after the event at index 15; StreamEvents
+	// must say to resume from 16, and the rest arrives exactly once. A
+	// server error on the way is transient, so it is retried too.
 	first := strings.Join(lines[:4], "")
 	if !strings.Contains(lines[3], `"Index":15`) {
 		t.Fatalf("fixture changed: line 4 is not index 15: %.80s", lines[3])
@@ -129,13 +140,13 @@ func TestWatchEventsResumesAfterBreak(t *testing.T) {
 		streamExchange("stream-from-16", "16", strings.Join(lines[4:], "")))
 	evs, err := collect(t, c, 0, 21)
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("WatchEvents returned %v", err)
+		t.Fatalf("StreamEvents returned %v", err)
 	}
 	checkStream(t, evs)
 	r.AssertAllUsed(t)
 }
 
-func TestWatchEventsStopsOnPermissionError(t *testing.T) {
+func TestStreamEventsStopsOnPermissionError(t *testing.T) {
 	denied := streamExchange("stream-403", "5", "")
 	denied.Response.Status = http.StatusForbidden
 	denied.Response.Body = fixtures.TextBody("Permission denied")
@@ -146,7 +157,7 @@ func TestWatchEventsStopsOnPermissionError(t *testing.T) {
 	}
 }
 
-func TestWatchEventsSkipsOtherJobs(t *testing.T) {
+func TestStreamEventsSkipsOtherJobs(t *testing.T) {
 	stream := strings.Join([]string{
 		`{"Index":30,"Events":[{"Topic":"Job","Type":"JobRegistered","Key":"redis-00001","Namespace":"default","Index":30,"Payload":{"Job":{"ID":"redis-00001","Namespace":"default","Version":0,"Meta":{"owner":"ops"},"TaskGroups":[{"Name":"app","Count":1}]}}}]}`,
 		`{"Index":31,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a1","Namespace":"default","Index":31,"Payload":{"Allocation":{"ID":"a1","JobID":"redis-00001","Namespace":"default","TaskGroup":"app","ClientStatus":"running","DesiredStatus":"run"}}}]}`,
@@ -158,7 +169,7 @@ func TestWatchEventsSkipsOtherJobs(t *testing.T) {
 	c, _ := newTestClient(t, streamExchange("stream", "30", stream))
 	evs, err := collect(t, c, 30, 34)
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("WatchEvents returned %v", err)
+		t.Fatalf("StreamEvents returned %v", err)
 	}
 	if len(evs) != 2 {
 		t.Fatalf("events = %+v, want the purge of hello-00002 and its stopped allocation only", evs)

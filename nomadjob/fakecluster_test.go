@@ -3,6 +3,7 @@ package nomadjob_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
+	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -17,9 +19,7 @@ import (
 func fakeClient(t *testing.T) (*fakecluster.Cluster, *nomadjob.Client) {
 	t.Helper()
 	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1})
-	cfg := api.DefaultConfig()
-	cfg.Address = c.Nomad.Addr()
-	nc, err := nomadjob.NewClient(cfg)
+	nc, err := nomadjob.NewClient(c.Nomad.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,17 +70,10 @@ func TestStopKeepsTheJobAndPlanMakesANewRevision(t *testing.T) {
 	if err != nil || len(revs) != 1 || !revs[0].Stopped {
 		t.Fatalf("revisions after stop: %+v, %v", revs, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testbin.Eventually(t, 10*time.Second, 50*time.Millisecond, "the allocation stopped and complete", func() (bool, string) {
 		as, err := nc.Allocations(ctx, "stop-00001")
-		if err == nil && len(as) == 1 && as[0].Stopped() && as[0].ClientStatus == "complete" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("allocations after stop: %+v, %v", as, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && len(as) == 1 && as[0].Stopped() && as[0].ClientStatus == "complete", fmt.Sprintf("allocations %+v, %v", as, err)
+	})
 	plan, err := nc.Plan(ctx, &svc)
 	if err != nil || plan.Unchanged || plan.Revision.Name() != "stop-00002" {
 		t.Fatalf("plan after stop: unchanged %v revision %s, %v", plan.Unchanged, plan.Revision.Name(), err)

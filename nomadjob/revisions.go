@@ -164,7 +164,7 @@ func (c *Client) Revisions(ctx context.Context, namespace, service string) ([]Re
 
 // AllRevisions lists every revision job of ours in every namespace the
 // token can read, with the Nomad index of the listing: pass it to
-// WatchEvents to follow changes from there without a gap.
+// StreamEvents to follow changes from there.
 func (c *Client) AllRevisions(ctx context.Context) ([]RevisionStatus, uint64, error) {
 	const op = "list all revisions"
 	stubs, index, err := c.list(ctx, op, api.AllNamespacesNamespace, ourFilter)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -52,7 +53,7 @@ func TestDeployRefusesAServiceNameTakenInAnotherNamespace(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, ns string) string {
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(strings.Replace(namespacedService, "%q", `"`+ns+`"`, 1)), 0o644); err != nil {
+		if err := os.WriteFile(p, fmt.Appendf(nil, namespacedService, ns), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
@@ -81,7 +82,7 @@ func TestDeployRefusesAServiceNameTakenInAnotherNamespace(t *testing.T) {
 func TestStatusOfAServiceWithoutARoute(t *testing.T) {
 	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1})
 	p := filepath.Join(t.TempDir(), "a.hcl")
-	if err := os.WriteFile(p, []byte(strings.Replace(namespacedService, "%q", `"default"`, 1)), 0o644); err != nil {
+	if err := os.WriteFile(p, fmt.Appendf(nil, namespacedService, "default"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, errs := runInProcess(t, c, "deploy", "-detach", "-sidecar-command", "/bin/sh", p); code != 0 {

@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
@@ -44,13 +41,11 @@ func sleepingRevision(t *testing.T, service string, gen, count int) *nomadapi.Jo
 // feeder must list again so the catalog does not stay wrong for good.
 func TestFeedNomadCatchesUpAfterLosingEvents(t *testing.T) {
 	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1, RescheduleDelay: time.Hour, HeartbeatInterval: time.Second})
-	cfg := nomadapi.DefaultConfig()
-	cfg.Address = c.Nomad.Addr()
-	nc, err := nomadjob.NewClient(cfg)
+	nc, err := nomadjob.NewClient(c.Nomad.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	nc.SetLogger(quietLog)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := nc.Register(ctx, sleepingRevision(t, "first", 1, 1), 0); err != nil {
@@ -58,7 +53,7 @@ func TestFeedNomadCatchesUpAfterLosingEvents(t *testing.T) {
 	}
 	cat := catalog.New()
 	done := make(chan error, 1)
-	go func() { done <- feedNomad(ctx, nc, cat, nil, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() { done <- feedNomad(ctx, nc, cat, newRevisionTags(), quietLog) }()
 	defer func() {
 		cancel()
 		<-done
@@ -114,17 +109,13 @@ func running(cat *catalog.Catalog, rev string) int {
 
 func waitCatalog(t *testing.T, cat *catalog.Catalog, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			var state []string
-			for _, r := range cat.Revisions() {
-				state = append(state, fmt.Sprintf("%s desired %d allocations %+v", r.Name, r.Desired, cat.Allocations(r.Name)))
-			}
-			t.Fatalf("%s: not after 30s; catalog: %v", what, state)
+	eventually(t, 30*time.Second, what, func() (bool, string) {
+		var state []string
+		for _, r := range cat.Revisions() {
+			state = append(state, fmt.Sprintf("%s desired %d allocations %+v", r.Name, r.Desired, cat.Allocations(r.Name)))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return cond(), fmt.Sprintf("catalog: %v", state)
+	})
 }
 
 // waitAllocs waits until a job has exactly n running allocations and none
@@ -151,15 +142,11 @@ func waitAllocs(t *testing.T, c *fakecluster.Cluster, job string, n int) {
 // to, so the order matters), its job is purged, and the record forgets it.
 func TestCollectRevisionsAgainstTheFakeCluster(t *testing.T) {
 	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1})
-	ncfg := nomadapi.DefaultConfig()
-	ncfg.Address = c.Nomad.Addr()
-	nc, err := nomadjob.NewClient(ncfg)
+	nc, err := nomadjob.NewClient(c.Nomad.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = c.Consul.Addr()
-	cc, err := consulroute.NewClient(ccfg)
+	cc, err := consulroute.NewClient(c.Consul.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,13 +198,18 @@ func TestFaultsAndTheEventStreamAcrossAnOutage(t *testing.T) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go func() {
-		_ = nc.WatchEvents(watchCtx, 0, func(e nomadjob.Event) {
-			mu.Lock()
-			defer mu.Unlock()
-			if e.Kind != nomadjob.EventAllocationUpdated {
-				seen = append(seen, string(e.Kind)+" "+e.Revision.Name)
-			}
-		})
+		// Reopen the stream whenever it ends, from the index it reached.
+		var index uint64
+		for watchCtx.Err() == nil {
+			index, _ = nc.StreamEvents(watchCtx, index, func(e nomadjob.Event) {
+				mu.Lock()
+				defer mu.Unlock()
+				if e.Kind != nomadjob.EventAllocationUpdated {
+					seen = append(seen, string(e.Kind)+" "+e.Revision.Name)
+				}
+			})
+			time.Sleep(50 * time.Millisecond)
+		}
 	}()
 	if _, err := nc.Register(ctx, shellRevision(t, "faults", 1, "exec sleep 60", "exec sleep 60"), 0); err != nil {
 		t.Fatal(err)
@@ -255,9 +260,7 @@ func TestFaultsAndTheEventStreamAcrossAnOutage(t *testing.T) {
 func TestLockHandoverWithTheRealLock(t *testing.T) {
 	c := fakecluster.Start(t, fakecluster.Options{})
 	newClient := func(replica string) *consulroute.Client {
-		cfg := consulapi.DefaultConfig()
-		cfg.Address = c.Consul.Addr()
-		cl, err := consulroute.NewClient(cfg, consulroute.WithReplica(replica), consulroute.WithWaitTime(time.Second),
+		cl, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica(replica), consulroute.WithWaitTime(time.Second),
 			consulroute.WithBackoff(50*time.Millisecond, 200*time.Millisecond), consulroute.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			t.Fatal(err)

@@ -25,9 +25,6 @@ type Options struct {
 	// HeartbeatInterval is how often an idle event stream gets a "{}"
 	// heartbeat; default 10s, as Nomad.
 	HeartbeatInterval time.Duration
-	// EventBufferSize is how many events Nomad keeps for streams resuming
-	// from an index; default DefaultEventBufferSize (Nomad's 100).
-	EventBufferSize int
 	// DataDir holds the allocation directories (task directories and
 	// logs); default a new temporary directory removed on Close.
 	DataDir string

@@ -1,18 +1,18 @@
 package fakecluster
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
 )
 
 // ConsulVersion is the version the fake Consul reports.
@@ -49,8 +49,7 @@ type Consul struct {
 	kvIndex   uint64               // last write to the KV table
 	lockDelay map[string]time.Time // key -> end of its lock delay
 
-	sessions     map[string]*session
-	sessionIndex uint64
+	sessions map[string]*session
 
 	services     map[string]*consulService // by ID
 	checks       map[string]*consulCheck   // by check ID
@@ -78,25 +77,21 @@ func newConsul(opts Options) *Consul {
 		nameIndex: map[string]uint64{},
 		config:    map[string]map[string]*configEntry{},
 	}
-	c.srv = newServer("consul", c.handler(), consulFaultMessage)
+	c.srv = newServer("consul", c.handler(), "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission")
 	return c
-}
-
-func consulFaultMessage(status int) string {
-	switch status {
-	case http.StatusForbidden:
-		return "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission"
-	case http.StatusInternalServerError:
-		return "No cluster leader"
-	case http.StatusTooManyRequests:
-		return "rate limit exceeded"
-	}
-	return http.StatusText(status)
 }
 
 // Addr is the agent's address as CONSUL_HTTP_ADDR takes it
 // (http://127.0.0.1:port).
 func (c *Consul) Addr() string { return c.srv.url() }
+
+// ClientConfig is the API client's default configuration (so the
+// environment still applies) with the address of this agent.
+func (c *Consul) ClientConfig() *consulapi.Config {
+	cfg := consulapi.DefaultConfig()
+	cfg.Address = c.Addr()
+	return cfg
+}
 
 // Down closes the agent's listener and every open connection: requests get
 // "connection refused" until Up. Checks keep running, as a real agent's do
@@ -118,8 +113,8 @@ func (c *Consul) nextIndex() uint64 {
 }
 
 func (c *Consul) close() {
-	close(c.quit)
-	c.srv.shutdown()
+	close(c.quit) // blocking queries watch it, so none outlives the cluster
+	c.srv.down()
 	c.mu.Lock()
 	c.closed = true // no check starts after this (a handler may still run)
 	for _, chk := range c.checks {
@@ -195,41 +190,31 @@ func readBody(r *http.Request) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(r.Body, 32<<20))
 }
 
+// readJSON reads a JSON request body into v.
+func readJSON(r *http.Request, v any) error {
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
 // decodeJSON reads a JSON request body into v; on failure it answers 400
 // the way Consul does and reports false.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	b, err := readBody(r)
-	if err == nil {
-		err = json.Unmarshal(b, v)
-	}
-	if err != nil {
+	if err := readJSON(r, v); err != nil {
 		writeText(w, writeHeaders, http.StatusBadRequest, "Request decode failed: "+err.Error())
 		return false
 	}
 	return true
 }
 
-// pathUnescape undoes the escaping the API clients apply to path segments.
-func pathUnescape(s string) string {
-	if u, err := url.PathUnescape(s); err == nil {
-		return u
-	}
-	return s
-}
-
 // ---- KV ----
 
+// kvEntry is a key as Consul stores it and, field for field, as it answers
+// it. A write replaces Value rather than changing it in place, so a copy
+// taken under the lock may share it.
 type kvEntry struct {
-	Key         string
-	Value       []byte
-	Flags       uint64
-	Session     string
-	LockIndex   uint64
-	CreateIndex uint64
-	ModifyIndex uint64
-}
-
-type kvWire struct {
 	LockIndex   uint64
 	Key         string
 	Flags       uint64
@@ -237,11 +222,6 @@ type kvWire struct {
 	Session     string `json:",omitempty"`
 	CreateIndex uint64
 	ModifyIndex uint64
-}
-
-func (e *kvEntry) wire() kvWire {
-	return kvWire{LockIndex: e.LockIndex, Key: e.Key, Flags: e.Flags, Value: e.Value, Session: e.Session,
-		CreateIndex: e.CreateIndex, ModifyIndex: e.ModifyIndex}
 }
 
 // kvQueryIndex is the index of a key (or prefix): the newest change to a
@@ -278,13 +258,13 @@ func (c *Consul) kvGet(w http.ResponseWriter, r *http.Request) {
 		c.kvKeys(w, r, key, r.URL.Query().Get("separator"))
 		return
 	}
-	pairs, idx := block(r, &c.changed, c.quit, func() ([]kvWire, uint64) {
+	pairs, idx := block(r, &c.changed, c.quit, func() ([]kvEntry, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		var out []kvWire
+		var out []kvEntry
 		for k, e := range c.kv {
 			if (recurse && strings.HasPrefix(k, key)) || k == key {
-				out = append(out, e.wire())
+				out = append(out, *e)
 			}
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
@@ -569,7 +549,6 @@ func (c *Consul) sessionCreate(w http.ResponseWriter, r *http.Request) {
 	idx := c.nextIndex()
 	s.CreateIndex, s.ModifyIndex = idx, idx
 	c.sessions[s.ID] = s
-	c.sessionIndex = idx
 	c.armSessionLocked(s)
 	c.mu.Unlock()
 	c.changed.notify()
@@ -610,7 +589,6 @@ func (c *Consul) destroySessionLocked(id string) {
 	}
 	delete(c.sessions, id)
 	idx := c.nextIndex()
-	c.sessionIndex = idx
 	for k, e := range c.kv {
 		if e.Session != id {
 			continue
@@ -692,26 +670,4 @@ func (c *Consul) KVKeys(prefix string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// waitGroupGo runs f in a goroutine the agent waits for on close.
-func (c *Consul) waitGroupGo(f func()) {
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		f()
-	}()
-}
-
-// ctx is a context ended when the agent closes.
-func (c *Consul) ctx() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-c.quit:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }

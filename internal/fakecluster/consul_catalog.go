@@ -1,6 +1,7 @@
 package fakecluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -145,10 +146,7 @@ func (c *Consul) Register(reg *consulapi.AgentServiceRegistration, replaceChecks
 	if reg == nil || reg.Name == "" {
 		return badRequest("Missing service name")
 	}
-	id := reg.ID
-	if id == "" {
-		id = reg.Name
-	}
+	id := cmp.Or(reg.ID, reg.Name)
 	var defs consulapi.AgentServiceChecks
 	if reg.Check != nil {
 		defs = append(defs, reg.Check)
@@ -264,7 +262,7 @@ func (c *Consul) checkFromDefinition(serviceID, serviceName string, d *consulapi
 }
 
 func (c *Consul) serviceDeregister(w http.ResponseWriter, r *http.Request) {
-	id := pathUnescape(r.PathValue("id"))
+	id := r.PathValue("id")
 	if !c.Deregister(id) {
 		writeText(w, writeHeaders, http.StatusNotFound, fmt.Sprintf("Unknown service ID %q. Ensure that the service ID is passed, not the service name.", id))
 		return
@@ -312,7 +310,9 @@ func (c *Consul) startCheckLocked(chk *consulCheck) {
 	if (chk.Type != "http" && chk.Type != "tcp") || c.closed {
 		return
 	}
-	ctx, cancel := c.ctx()
+	// close cancels every check in c.checks (and none starts after it), so
+	// the check's own context is all the loop needs to watch.
+	ctx, cancel := context.WithCancel(context.Background())
 	chk.cancel = cancel
 	interval := chk.Interval
 	if c.opts.CheckInterval > 0 {
@@ -323,7 +323,9 @@ func (c *Consul) startCheckLocked(chk *consulCheck) {
 	if kind == "tcp" {
 		target = chk.tcp
 	}
-	c.waitGroupGo(func() {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
 		defer cancel()
 		t := time.NewTimer(rand.N(interval) + time.Millisecond)
 		defer t.Stop()
@@ -345,7 +347,7 @@ func (c *Consul) startCheckLocked(chk *consulCheck) {
 			c.setCheckStatus(chk, status, output)
 			t.Reset(interval)
 		}
-	})
+	}()
 }
 
 // setCheckStatus records a check's result. A change of status is a write
@@ -390,9 +392,7 @@ var checkClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: tru
 // or no answer is critical; the output names the request and quotes the
 // body (up to 4 KiB).
 func runHTTPCheck(ctx context.Context, target, method string, header map[string][]string, timeout time.Duration) (string, string) {
-	if method == "" {
-		method = http.MethodGet
-	}
+	method = cmp.Or(method, http.MethodGet)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, target, nil)
@@ -518,7 +518,7 @@ func durString(d time.Duration) string {
 }
 
 func (c *Consul) healthService(w http.ResponseWriter, r *http.Request) {
-	name := pathUnescape(r.PathValue("name"))
+	name := r.PathValue("name")
 	q := r.URL.Query()
 	_, passingOnly := q["passing"]
 	if v := q.Get("passing"); v == "false" || v == "0" {
@@ -603,7 +603,7 @@ type catalogEntry struct {
 // instance, whatever its health (what `consul catalog services` and the
 // e2e suite's leftover checks read).
 func (c *Consul) catalogService(w http.ResponseWriter, r *http.Request) {
-	name := pathUnescape(r.PathValue("name"))
+	name := r.PathValue("name")
 	tags := r.URL.Query()["tag"]
 	out, idx := block(r, &c.changed, c.quit, func() ([]catalogEntry, uint64) {
 		c.mu.Lock()
@@ -633,7 +633,7 @@ func (c *Consul) catalogService(w http.ResponseWriter, r *http.Request) {
 // healthChecks answers GET /v1/health/checks/{service}: the checks of every
 // instance of the service.
 func (c *Consul) healthChecks(w http.ResponseWriter, r *http.Request) {
-	name := pathUnescape(r.PathValue("service"))
+	name := r.PathValue("service")
 	out, idx := block(r, &c.changed, c.quit, func() ([]checkWire, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -658,10 +658,7 @@ func (c *Consul) indexOfLocked(name string) uint64 {
 }
 
 func (s *consulService) wire() serviceWire {
-	addr := s.Address
-	if addr == "" {
-		addr = "127.0.0.1"
-	}
+	addr := cmp.Or(s.Address, "127.0.0.1")
 	return serviceWire{
 		ID: s.ID, Service: s.Name, Tags: nonNil(s.Tags), Address: s.Address,
 		TaggedAddresses: map[string]taggedAddr{"lan_ipv4": {addr, s.Port}, "wan_ipv4": {addr, s.Port}},

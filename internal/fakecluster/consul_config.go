@@ -1,7 +1,6 @@
 package fakecluster
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -112,7 +111,7 @@ func (c *Consul) configSet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Consul) configGet(w http.ResponseWriter, r *http.Request) {
-	kind, name := strings.ToLower(r.PathValue("kind")), pathUnescape(r.PathValue("name"))
+	kind, name := strings.ToLower(r.PathValue("kind")), r.PathValue("name")
 	e, idx := block(r, &c.changed, c.quit, func() (*configEntry, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -145,7 +144,7 @@ func (c *Consul) configList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Consul) configDelete(w http.ResponseWriter, r *http.Request) {
-	kind, name := strings.ToLower(r.PathValue("kind")), pathUnescape(r.PathValue("name"))
+	kind, name := strings.ToLower(r.PathValue("kind")), r.PathValue("name")
 	if !supportedKinds[kind] {
 		writeText(w, writeHeaders, http.StatusBadRequest, fmt.Sprintf("fake cluster: config entry kind %q is not supported by the fake Consul", kind))
 		return
@@ -509,7 +508,7 @@ func (s configState) compile(service string) (*chain, error) {
 }
 
 func (c *Consul) discoveryChain(w http.ResponseWriter, r *http.Request) {
-	name := pathUnescape(r.PathValue("name"))
+	name := r.PathValue("name")
 	type result struct {
 		ch  *chain
 		err error
@@ -524,9 +523,5 @@ func (c *Consul) discoveryChain(w http.ResponseWriter, r *http.Request) {
 		writeText(w, readHeaders(idx), http.StatusInternalServerError, res.err.Error())
 		return
 	}
-	// Marshal through JSON once so the answer's numbers look like Consul's.
-	b, _ := json.Marshal(map[string]any{"Chain": res.ch})
-	var out any
-	_ = json.Unmarshal(b, &out)
-	writeJSON(w, readHeaders(idx), out)
+	writeJSON(w, readHeaders(idx), map[string]any{"Chain": res.ch})
 }

@@ -76,12 +76,12 @@
 //     output changes silently), and serfHealth is always passing.
 //
 // Time is real; Options shortens what tests wait for (check interval,
-// shutdown delay, reschedule delay, heartbeats) and sizes the event buffer.
-// Nothing shortens session TTLs: a lock's leader steps down after one TTL
-// without renewal because Consul frees its key only after two, and a fake
-// that expired sooner would test a cluster that cannot exist. Faults: Down/Up close and
-// reopen an agent's listener (connection refused meanwhile, open streams
-// and blocking queries break), SetFault answers matching requests with a
-// status such as 403. Every process the cluster starts is stopped on Close
-// and every loop ends with it.
+// shutdown delay, reschedule delay, heartbeats). Nothing shortens session
+// TTLs: a lock's leader steps down after one TTL without renewal because
+// Consul frees its key only after two, and a fake that expired sooner would
+// test a cluster that cannot exist. Faults: Down/Up close and reopen an
+// agent's listener (connection refused meanwhile, open streams and blocking
+// queries break), SetFault answers matching requests with a status such as
+// 403. Every process the cluster starts is stopped on Close and every loop
+// ends with it.
 package fakecluster

@@ -1,6 +1,7 @@
 package fakecluster
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -95,24 +96,20 @@ func newNomad(opts Options, consul *Consul) *Nomad {
 		ports:  map[int]bool{},
 		timers: map[*time.Timer]bool{},
 	}
-	n.srv = newServer("nomad", n.handler(), nomadFaultMessage)
+	n.srv = newServer("nomad", n.handler(), api.PermissionDeniedErrorContent)
 	return n
-}
-
-func nomadFaultMessage(status int) string {
-	switch status {
-	case http.StatusForbidden:
-		return api.PermissionDeniedErrorContent
-	case http.StatusInternalServerError:
-		return "No cluster leader"
-	case http.StatusTooManyRequests:
-		return "rate limit exceeded"
-	}
-	return http.StatusText(status)
 }
 
 // Addr is the agent's address as NOMAD_ADDR takes it.
 func (n *Nomad) Addr() string { return n.srv.url() }
+
+// ClientConfig is the API client's default configuration (so the
+// environment still applies) with the address of this agent.
+func (n *Nomad) ClientConfig() *api.Config {
+	cfg := api.DefaultConfig()
+	cfg.Address = n.Addr()
+	return cfg
+}
 
 // Down closes the agent's listener and every open connection (event
 // streams break): requests get "connection refused" until Up. Allocations
@@ -148,10 +145,7 @@ func indexHeader(index uint64) map[string]string {
 
 // requestNamespace is the namespace query parameter, "default" when absent.
 func requestNamespace(r *http.Request) string {
-	if ns := r.URL.Query().Get("namespace"); ns != "" {
-		return ns
-	}
-	return api.DefaultNamespace
+	return cmp.Or(r.URL.Query().Get("namespace"), api.DefaultNamespace)
 }
 
 func (n *Nomad) handler() http.Handler {
@@ -219,11 +213,7 @@ func registerResponse(evalID string, evalIndex, jobModifyIndex, index uint64) wr
 
 func (n *Nomad) register(w http.ResponseWriter, r *http.Request) {
 	var req api.JobRegisterRequest
-	b, err := readBody(r)
-	if err == nil {
-		err = json.Unmarshal(b, &req)
-	}
-	if err != nil {
+	if err := readJSON(r, &req); err != nil {
 		writeText(w, nil, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -461,7 +451,7 @@ func (n *Nomad) setJobStatusLocked(j *nomadJob) {
 // ---- read, list ----
 
 func (n *Nomad) read(w http.ResponseWriter, r *http.Request) {
-	id, ns := pathUnescape(r.PathValue("id")), requestNamespace(r)
+	id, ns := r.PathValue("id"), requestNamespace(r)
 	n.mu.Lock()
 	j := n.jobs[jobKey(ns, id)]
 	var out *api.Job
@@ -563,7 +553,7 @@ func (n *Nomad) summaryLocked(j *nomadJob) *api.JobSummary {
 // ---- deregister ----
 
 func (n *Nomad) deregister(w http.ResponseWriter, r *http.Request) {
-	id, ns := pathUnescape(r.PathValue("id")), requestNamespace(r)
+	id, ns := r.PathValue("id"), requestNamespace(r)
 	purge := r.URL.Query().Get("purge") == "true"
 	n.mu.Lock()
 	j := n.jobs[jobKey(ns, id)]
@@ -604,7 +594,7 @@ func deregisterResponse(r writeResponse) writeResponse {
 // ---- scale ----
 
 func (n *Nomad) scaleStatus(w http.ResponseWriter, r *http.Request) {
-	id, ns := pathUnescape(r.PathValue("id")), requestNamespace(r)
+	id, ns := r.PathValue("id"), requestNamespace(r)
 	n.mu.Lock()
 	j := n.jobs[jobKey(ns, id)]
 	if j == nil {
@@ -638,13 +628,9 @@ func (n *Nomad) scaleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Nomad) scale(w http.ResponseWriter, r *http.Request) {
-	id, ns := pathUnescape(r.PathValue("id")), requestNamespace(r)
+	id, ns := r.PathValue("id"), requestNamespace(r)
 	var req api.ScalingRequest
-	b, err := readBody(r)
-	if err == nil {
-		err = json.Unmarshal(b, &req)
-	}
-	if err != nil {
+	if err := readJSON(r, &req); err != nil {
 		writeText(w, nil, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -798,7 +784,7 @@ func (n *Nomad) close() {
 		}
 	}
 	n.mu.Unlock()
-	close(n.quit)
-	n.srv.shutdown()
+	close(n.quit) // event streams watch it, so none outlives the cluster
+	n.srv.down()
 	n.wg.Wait()
 }

@@ -1,6 +1,7 @@
 package fakecluster
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -543,7 +544,7 @@ func (a *alloc) stub() allocStubWire {
 // ---- handlers ----
 
 func (n *Nomad) jobAllocations(w http.ResponseWriter, r *http.Request) {
-	id, ns := pathUnescape(r.PathValue("id")), requestNamespace(r)
+	id, ns := r.PathValue("id"), requestNamespace(r)
 	all := r.URL.Query().Get("all") == "true"
 	n.writeAllocStubs(w, func(a *alloc) bool {
 		if a.Namespace != ns || a.JobID != id {
@@ -557,7 +558,7 @@ func (n *Nomad) jobAllocations(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeAllocStubs answers with the stubs of the allocations keep selects
-// (called with n.mu held), newest first.
+// (keep runs with n.mu held), newest first.
 func (n *Nomad) writeAllocStubs(w http.ResponseWriter, keep func(a *alloc) bool) {
 	n.mu.Lock()
 	out := []allocStubWire{}
@@ -573,7 +574,7 @@ func (n *Nomad) writeAllocStubs(w http.ResponseWriter, keep func(a *alloc) bool)
 }
 
 func (n *Nomad) allocation(w http.ResponseWriter, r *http.Request) {
-	id := pathUnescape(r.PathValue("id"))
+	id := r.PathValue("id")
 	n.mu.Lock()
 	a, ok := n.allocs[id]
 	var out allocWire
@@ -602,7 +603,7 @@ func (n *Nomad) allocationList(w http.ResponseWriter, r *http.Request) {
 // stopped (shutdown delay, kill timeout) and the scheduler places a
 // replacement, since the job still wants its count.
 func (n *Nomad) allocStop(w http.ResponseWriter, r *http.Request) {
-	id := pathUnescape(r.PathValue("id"))
+	id := r.PathValue("id")
 	n.mu.Lock()
 	a, ok := n.allocs[id]
 	if !ok {
@@ -686,16 +687,16 @@ func displayMessage(e *api.TaskEvent) string {
 	case api.TaskStarted:
 		return "Task started by client"
 	case api.TaskSetupFailure:
-		return firstNonEmpty(e.SetupError, "Task setup failed")
+		return cmp.Or(e.SetupError, "Task setup failed")
 	case api.TaskDriverFailure:
-		return firstNonEmpty(e.DriverError, "Failed to start task")
+		return cmp.Or(e.DriverError, "Failed to start task")
 	case api.TaskKilling:
 		if e.KillTimeout != 0 {
 			return fmt.Sprintf("Sent interrupt. Waiting %v before force killing", e.KillTimeout)
 		}
 		return "Sent interrupt"
 	case api.TaskKilled:
-		return firstNonEmpty(e.KillError, "Task successfully killed")
+		return cmp.Or(e.KillError, "Task successfully killed")
 	case api.TaskTerminated:
 		s := "Exit Code: " + strconv.Itoa(e.ExitCode)
 		if e.Signal != 0 {
@@ -712,7 +713,7 @@ func displayMessage(e *api.TaskEvent) string {
 		}
 		return in
 	case api.TaskNotRestarting:
-		return firstNonEmpty(e.RestartReason, "Task exceeded restart policy")
+		return cmp.Or(e.RestartReason, "Task exceeded restart policy")
 	case api.TaskSiblingFailed:
 		if e.FailedSibling != "" {
 			return fmt.Sprintf("Task's sibling %q failed", e.FailedSibling)
@@ -720,15 +721,6 @@ func displayMessage(e *api.TaskEvent) string {
 		return "Task's sibling failed"
 	}
 	return e.Message
-}
-
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // setPID records (pid > 0) or clears a task's process, for tests; it is not

@@ -12,10 +12,10 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// DefaultEventBufferSize is Nomad's default event_buffer_size: the events
-// it keeps for streams that resume from an index. A stream asking for an
+// eventBufferSize is Nomad's default event_buffer_size: the events it
+// keeps for streams that resume from an index. A stream asking for an
 // older index starts at the oldest kept, silently.
-const DefaultEventBufferSize = 100
+const eventBufferSize = 100
 
 // eventWire is one event as Nomad's stream writes it.
 type eventWire struct {
@@ -75,14 +75,10 @@ func (n *Nomad) publishLocked(index uint64, events ...eventWire) {
 		return
 	}
 	n.events = append(n.events, eventBatch{Index: index, Events: events})
-	size := n.opts.EventBufferSize
-	if size <= 0 {
-		size = DefaultEventBufferSize
-	}
 	total := 0
 	for i := len(n.events) - 1; i >= 0; i-- {
 		total += len(n.events[i].Events)
-		if total > size && i < len(n.events)-1 {
+		if total > eventBufferSize && i < len(n.events)-1 {
 			n.events = append([]eventBatch(nil), n.events[i+1:]...)
 			break
 		}

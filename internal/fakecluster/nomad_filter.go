@@ -113,35 +113,27 @@ func (p *filterParser) is(kind tokKind, text string) bool {
 }
 
 func (p *filterParser) or() (jobFilter, error) {
-	left, err := p.and()
-	if err != nil {
-		return nil, err
-	}
-	for p.is(tokIdent, "or") {
-		p.next()
-		right, err := p.and()
-		if err != nil {
-			return nil, err
-		}
-		l := left
-		left = func(j *api.Job, ns string) bool { return l(j, ns) || right(j, ns) }
-	}
-	return left, nil
+	return p.joined("or", p.and, func(a, b bool) bool { return a || b })
 }
 
 func (p *filterParser) and() (jobFilter, error) {
-	left, err := p.unary()
+	return p.joined("and", p.unary, func(a, b bool) bool { return a && b })
+}
+
+// joined reads operands separated by the keyword word, left to right.
+func (p *filterParser) joined(word string, operand func() (jobFilter, error), join func(a, b bool) bool) (jobFilter, error) {
+	left, err := operand()
 	if err != nil {
 		return nil, err
 	}
-	for p.is(tokIdent, "and") {
+	for p.is(tokIdent, word) {
 		p.next()
-		right, err := p.unary()
+		right, err := operand()
 		if err != nil {
 			return nil, err
 		}
 		l := left
-		left = func(j *api.Job, ns string) bool { return l(j, ns) && right(j, ns) }
+		left = func(j *api.Job, ns string) bool { return join(l(j, ns), right(j, ns)) }
 	}
 	return left, nil
 }

@@ -18,15 +18,11 @@ import (
 
 func officialClients(t *testing.T, c *fakecluster.Cluster) (*nomadapi.Client, *consulapi.Client) {
 	t.Helper()
-	ncfg := nomadapi.DefaultConfig()
-	ncfg.Address = c.Nomad.Addr()
-	nc, err := nomadapi.NewClient(ncfg)
+	nc, err := nomadapi.NewClient(c.Nomad.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = c.Consul.Addr()
-	cc, err := consulapi.NewClient(ccfg)
+	cc, err := consulapi.NewClient(c.Consul.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

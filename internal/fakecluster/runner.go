@@ -2,6 +2,7 @@ package fakecluster
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -157,15 +159,15 @@ func (r *allocRunner) run() {
 
 	failed := make(chan string, len(r.tg.Tasks))
 	var runners []*taskRunner
-	start := func(t *api.Task, sidecar bool) *taskRunner {
-		tr := newTaskRunner(r, t, sidecar, failed)
+	start := func(t *api.Task) *taskRunner {
+		tr := newTaskRunner(r, t, failed)
 		runners = append(runners, tr)
 		go tr.run()
 		return tr
 	}
 	var side []*taskRunner
 	for _, t := range sidecars {
-		side = append(side, start(t, true))
+		side = append(side, start(t))
 	}
 	// Main tasks start once every prestart sidecar is running.
 	ready := true
@@ -175,7 +177,7 @@ func (r *allocRunner) run() {
 		case <-r.stopCh:
 			ready = false
 		}
-		if !ready || tr.hasFailed() {
+		if !ready || tr.gaveUp.Load() {
 			ready = false
 			break
 		}
@@ -183,7 +185,7 @@ func (r *allocRunner) run() {
 	var main []*taskRunner
 	if ready {
 		for _, t := range mains {
-			main = append(main, start(t, false))
+			main = append(main, start(t))
 		}
 	}
 
@@ -323,10 +325,7 @@ func (r *allocRunner) checkDefinition(serviceID string, c api.ServiceCheck, serv
 	addr := "127.0.0.1:" + strconv.Itoa(port(label))
 	switch c.Type {
 	case "http":
-		scheme := c.Protocol
-		if scheme == "" {
-			scheme = "http"
-		}
+		scheme := cmp.Or(c.Protocol, "http")
 		path := interpolate(c.Path, vars)
 		if !strings.HasPrefix(path, "/") {
 			path = "/" + path
@@ -352,10 +351,9 @@ func (r *allocRunner) checkDefinition(serviceID string, c api.ServiceCheck, serv
 // taskRunner runs one task's process, restarting it by the restart policy
 // until it is killed or the policy gives up.
 type taskRunner struct {
-	r       *allocRunner
-	task    *api.Task
-	sidecar bool
-	failed  chan<- string
+	r      *allocRunner
+	task   *api.Task
+	failed chan<- string
 
 	killCh    chan struct{}
 	killOnce  sync.Once
@@ -363,13 +361,11 @@ type taskRunner struct {
 	started   chan struct{}
 	startOnce sync.Once
 	done      chan struct{}
-
-	mu         sync.Mutex
-	failedFlag bool
+	gaveUp    atomic.Bool // the restart policy gave up; set before started closes
 }
 
-func newTaskRunner(r *allocRunner, t *api.Task, sidecar bool, failed chan<- string) *taskRunner {
-	return &taskRunner{r: r, task: t, sidecar: sidecar, failed: failed,
+func newTaskRunner(r *allocRunner, t *api.Task, failed chan<- string) *taskRunner {
+	return &taskRunner{r: r, task: t, failed: failed,
 		killCh: make(chan struct{}), started: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -381,12 +377,6 @@ func (t *taskRunner) kill(sibling string) {
 }
 
 func (t *taskRunner) markStarted() { t.startOnce.Do(func() { close(t.started) }) }
-
-func (t *taskRunner) hasFailed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failedFlag
-}
 
 func (t *taskRunner) restartPolicy() (attempts int, interval, delay time.Duration, mode string) {
 	p := t.task.RestartPolicy
@@ -464,9 +454,7 @@ func (t *taskRunner) run() {
 			t.r.event(name, newTaskEvent(api.TaskNotRestarting, "", func(e *api.TaskEvent) {
 				e.RestartReason, e.FailsTask = reason, true
 			}), func(ts *api.TaskState) { ts.State, ts.FinishedAt = "dead", time.Now() })
-			t.mu.Lock()
-			t.failedFlag = true
-			t.mu.Unlock()
+			t.gaveUp.Store(true)
 			t.failed <- name
 			return
 		}

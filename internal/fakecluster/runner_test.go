@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
@@ -41,17 +40,13 @@ func fastOptions(t *testing.T) (fakecluster.Options, *testbin.Buffer) {
 
 func clients(t *testing.T, c *fakecluster.Cluster) (*nomadjob.Client, *consulroute.Client) {
 	t.Helper()
-	ncfg := nomadapi.DefaultConfig()
-	ncfg.Address = c.Nomad.Addr()
-	n, err := nomadjob.NewClient(ncfg)
+	n, err := nomadjob.NewClient(c.Nomad.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	n.SetLogger(quiet)
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = c.Consul.Addr()
-	cc, err := consulroute.NewClient(ccfg, consulroute.WithReplica("test"), consulroute.WithWaitTime(2*time.Second), consulroute.WithLogger(quiet))
+	cc, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica("test"), consulroute.WithWaitTime(2*time.Second), consulroute.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

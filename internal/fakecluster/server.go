@@ -1,6 +1,7 @@
 package fakecluster
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -41,9 +42,11 @@ func (f Fault) matches(r *http.Request) bool {
 // brought back on the same address, and it can answer with an injected
 // fault.
 type server struct {
-	name     string
-	handler  http.Handler
-	faultMsg func(status int) string
+	name    string
+	handler http.Handler
+	// forbidden is the agent's text for a 403, the one fault whose words
+	// differ between Nomad and Consul.
+	forbidden string
 
 	mu    sync.Mutex
 	addr  string
@@ -52,8 +55,8 @@ type server struct {
 	wg    sync.WaitGroup
 }
 
-func newServer(name string, h http.Handler, faultMsg func(int) string) *server {
-	return &server{name: name, handler: h, faultMsg: faultMsg}
+func newServer(name string, h http.Handler, forbidden string) *server {
+	return &server{name: name, handler: h, forbidden: forbidden}
 }
 
 // start listens on addr ("127.0.0.1:0" picks a port) and serves.
@@ -93,16 +96,26 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request) {
 	f := s.fault
 	s.mu.Unlock()
 	if f.matches(r) {
-		body := f.Body
-		if body == "" {
-			body = s.faultMsg(f.Status)
-		}
+		body := cmp.Or(f.Body, s.faultText(f.Status))
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(f.Status)
 		_, _ = w.Write([]byte(body))
 		return
 	}
 	s.handler.ServeHTTP(w, r)
+}
+
+// faultText is what the agent says for a fault's status.
+func (s *server) faultText(status int) string {
+	switch status {
+	case http.StatusForbidden:
+		return s.forbidden
+	case http.StatusInternalServerError:
+		return "No cluster leader"
+	case http.StatusTooManyRequests:
+		return "rate limit exceeded"
+	}
+	return http.StatusText(status)
 }
 
 // down closes the listener and every open connection: clients then get
@@ -141,7 +154,3 @@ func (s *server) url() string {
 	defer s.mu.Unlock()
 	return "http://" + s.addr
 }
-
-// shutdown stops serving for good. Blocking handlers also watch their
-// agent's quit channel, so none outlives the cluster.
-func (s *server) shutdown() { s.down() }
