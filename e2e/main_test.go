@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -84,9 +83,6 @@ func runSuite(m *testing.M) int {
 			fmt.Println("e2e: FAILED:", err)
 			return 1
 		}
-		// The scenarios' own clients and subprocesses get addresses (and
-		// no stray token or namespace) from the suite alone.
-		clearClusterEnv()
 		fmt.Printf("e2e: starting Consul (%s) and Nomad (%s) dev agents in %s\n", plan.ConsulBin, plan.NomadBin, dir)
 		start := time.Now()
 		s.Agents, err = devagents.Start(ctx, devAgentOptions(plan, dir, nil))
@@ -97,9 +93,13 @@ func runSuite(m *testing.M) int {
 		}
 		s.NomadAddr, s.ConsulAddr = s.Agents.NomadAddr, s.Agents.ConsulAddr
 		// From here on the suite is like a user with running agents: API
-		// clients (DefaultConfig) and the binary's subprocesses read these.
-		os.Setenv("NOMAD_ADDR", s.NomadAddr)
-		os.Setenv("CONSUL_HTTP_ADDR", s.ConsulAddr)
+		// clients (DefaultConfig) and the binary's subprocesses read the
+		// addresses, and no stray token or namespace, from the environment.
+		if err := devagents.PointProcessAt(s.NomadAddr, s.ConsulAddr); err != nil {
+			fmt.Println("e2e: FAILED:", err)
+			s.Agents.Stop(agentStopGrace)
+			return 1
+		}
 		s.Timings.Add("0 setup", "start Consul and Nomad dev agents", time.Since(start))
 		fmt.Printf("e2e: agents ready in %s: NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s\n", time.Since(start).Round(time.Millisecond), s.NomadAddr, s.ConsulAddr)
 	case Rehearse:
@@ -108,14 +108,16 @@ func runSuite(m *testing.M) int {
 			fmt.Println("e2e: FAILED:", err)
 			return 1
 		}
-		clearClusterEnv()
 		if fake, err = fakecluster.New(fakecluster.Options{DataDir: dir}); err != nil {
 			fmt.Println("e2e: FAILED: start the fake cluster:", err)
 			return 1
 		}
 		s.NomadAddr, s.ConsulAddr = fake.Nomad.Addr(), fake.Consul.Addr()
-		os.Setenv("NOMAD_ADDR", s.NomadAddr)
-		os.Setenv("CONSUL_HTTP_ADDR", s.ConsulAddr)
+		if err := devagents.PointProcessAt(s.NomadAddr, s.ConsulAddr); err != nil {
+			fmt.Println("e2e: FAILED:", err)
+			fake.Close()
+			return 1
+		}
 		fmt.Printf("e2e: REHEARSAL against internal/fakecluster (NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s), not real Nomad and Consul: a pass here is not an end-to-end pass\n", s.NomadAddr, s.ConsulAddr)
 	}
 
@@ -152,17 +154,6 @@ func runSuite(m *testing.M) int {
 		}
 	}
 	return code
-}
-
-// clearClusterEnv unsets every variable that points a Nomad or Consul
-// client somewhere (addresses, tokens, namespaces, TLS), so the scenarios'
-// clients and subprocesses get addresses from the suite alone.
-func clearClusterEnv() {
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); devagents.ClusterVar(k) {
-			os.Unsetenv(k)
-		}
-	}
 }
 
 // agentStopGrace is how long an agent may take to stop after SIGINT; Nomad

@@ -182,16 +182,18 @@ func devRun(ctx context.Context, e *env, c devConfig) (code int) {
 	if err != nil {
 		return devInterrupted(ctx, e, err)
 	}
-	// Stopped last: serve first, then Nomad (its allocations), then Consul
-	// (where they register).
+	// Everything is stopped on the way out, newest first: serve (once
+	// started), then Nomad (its allocations), then Consul (where they
+	// register).
+	var serve *devagents.Proc
 	defer func() {
-		for _, k := range agents.Stop(c.StopGrace) {
+		for _, k := range devagents.StopAll(e.stderr, c.StopGrace, serve, agents.Nomad, agents.Consul) {
 			fmt.Fprintln(e.stderr, k)
 		}
 	}()
 
 	fmt.Fprintln(e.stderr, "Starting the control plane (nomad-serverless serve)...")
-	serve, err := devagents.StartProc(devagents.Command{
+	serve, err = devagents.StartProc(devagents.Command{
 		Name: "serve", Path: c.Executable,
 		Args: []string{"serve", "-listen", c.Listen, "-admin-listen", c.AdminListen, "-domain", c.Domain, "-replica", "dev"},
 		Env:  append(devagents.ChildEnv(os.Environ()), "NOMAD_ADDR="+agents.NomadAddr, "CONSUL_HTTP_ADDR="+agents.ConsulAddr),
@@ -201,15 +203,6 @@ func devRun(ctx context.Context, e *env, c devConfig) (code int) {
 	if err != nil {
 		return fail("%v", err)
 	}
-	defer func() {
-		if serve.Exited() {
-			return
-		}
-		fmt.Fprintln(e.stderr, "Stopping serve...")
-		if serve.Stop(c.StopGrace) {
-			fmt.Fprintf(e.stderr, "serve did not stop within %s after SIGINT; killed it.\n", c.StopGrace)
-		}
-	}()
 	adminURL := "http://" + devDialAddr(c.AdminListen)
 	if err := devagents.WaitFor(ctx, serve, "serve at "+adminURL, c.ReadyTimeout, c.Poll, func(ctx context.Context) error {
 		return devGetOK(ctx, adminURL+"/healthz")

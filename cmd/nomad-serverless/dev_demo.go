@@ -20,7 +20,6 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	svchcl "github.com/nomad-serverless/nomad-serverless/hcl"
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
 	"github.com/nomad-serverless/nomad-serverless/internal/localcluster"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -109,12 +108,7 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 	// failure.
 	interrupted := func() bool { return parent.Err() != nil }
 
-	var missing []string
-	for _, name := range []string{"consul", "nomad"} {
-		if _, ok := devagents.LookPath(name, e.getenv("PATH")); !ok {
-			missing = append(missing, name)
-		}
-	}
+	missing := devMissing(e.getenv("PATH"))
 	switch {
 	case c.OrDemo:
 		// -or-demo already said what is missing and where to get it.

@@ -51,25 +51,6 @@ func (h devHooks) withDefaults() devHooks {
 	return h
 }
 
-// devPointAt makes this process's Nomad and Consul clients talk to the dev
-// agents and nothing else: api.DefaultConfig of both reads the process
-// environment, so settings of the user's own cluster (a token, namespace,
-// region or CA file) are removed and the addresses set. dev owns its
-// process, so changing its environment affects no one else.
-func devPointAt(a *devagents.Agents) error {
-	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); devagents.ClusterVar(name) {
-			if err := os.Unsetenv(name); err != nil {
-				return err
-			}
-		}
-	}
-	if err := os.Setenv("NOMAD_ADDR", a.NomadAddr); err != nil {
-		return err
-	}
-	return os.Setenv("CONSUL_HTTP_ADDR", a.ConsulAddr)
-}
-
 // devDeclaresVar reports whether a service file declares variable name, so
 // dev passes -var only to files that take it (deploy warns about others).
 func devDeclaresVar(path, name string) bool {
@@ -98,12 +79,16 @@ func devDeploy(ctx context.Context, e *env, c devConfig, h devHooks, a *devagent
 		fmt.Fprintf(e.stderr, "nomad-serverless dev: "+format+"\n", args...)
 		return exitError
 	}
-	if err := devPointAt(a); err != nil {
+	// deploy and the Nomad reader below use this process's environment;
+	// dev owns its process, so changing it affects no one else.
+	if err := devagents.PointProcessAt(a.NomadAddr, a.ConsulAddr); err != nil {
 		return fail("point this process at the dev agents: %v", err)
 	}
 	args := []string{"-sidecar-command", c.Executable}
+	vars := map[string]string{}
 	if devDeclaresVar(c.Deploy, "binary") {
 		args = append(args, "-var", "binary="+c.Executable)
+		vars["binary"] = c.Executable
 	}
 	args = append(args, c.Deploy)
 	fmt.Fprintf(e.stdout, "Deploying %s:\n  $ nomad-serverless deploy %s\n", c.Deploy, strings.Join(args, " "))
@@ -124,10 +109,6 @@ func devDeploy(ctx context.Context, e *env, c devConfig, h devHooks, a *devagent
 
 	// The file parsed for deploy; it parses here too, for the service to
 	// call.
-	vars := map[string]string{}
-	if devDeclaresVar(c.Deploy, "binary") {
-		vars["binary"] = c.Executable
-	}
 	f, diags := svchcl.ParseFile(c.Deploy, svchcl.Options{Vars: vars, Getenv: e.getenv})
 	if diags.HasErrors() || len(f.Services) == 0 {
 		return fail("read %s after deploying it: %v", c.Deploy, diags)
@@ -172,8 +153,14 @@ func devDeploy(ctx context.Context, e *env, c devConfig, h devHooks, a *devagent
 		fmt.Fprintf(e.stdout, "Request at zero: %s\n", r)
 		return fail("the request at zero did not wake %s; stopping everything.", rev)
 	}
+	// To the millisecond, or the microsecond under one (a stand-in gateway
+	// answers that fast; "0s" would say nothing).
+	res := time.Millisecond
+	if r.firstByte < time.Millisecond {
+		res = time.Microsecond
+	}
 	fmt.Fprintf(e.stdout, "Request at zero woke it: %s; first byte after %s (scale-up call, placement, app start, readiness, proxy).\n",
-		r, r.firstByte.Round(time.Millisecond))
+		r, r.firstByte.Round(res))
 	return devStillRunning(e.stdout, host, gw)
 }
 

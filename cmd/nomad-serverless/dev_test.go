@@ -39,37 +39,13 @@ func newDevFakes(t *testing.T, roles []string, env map[string]string) devagentst
 
 var allDevRoles = []string{"consul", "nomad", "serve"}
 
-// devSyncBuffer is a bytes.Buffer safe for the test and dev's goroutines.
-type devSyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *devSyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *devSyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// devTestFreePorts returns n distinct ports free on 127.0.0.1.
-func devTestFreePorts(t *testing.T) devagents.Ports {
+// devTestConfig is a dev session against the fakes, with short bounds.
+func devTestConfig(t *testing.T, f devagentstest.Fakes) devConfig {
 	t.Helper()
 	p, err := devagents.Ports{}.FillFree()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
-}
-
-// devTestConfig is a dev session against the fakes, with short bounds.
-func devTestConfig(t *testing.T, f devagentstest.Fakes) devConfig {
-	p := devTestFreePorts(t)
 	return devConfig{
 		// Ports nobody else picks: the agents' own ports of a FillFree.
 		Listen:         "127.0.0.1:" + strconv.Itoa(p.ConsulDNS),
@@ -87,7 +63,7 @@ func devTestConfig(t *testing.T, f devagentstest.Fakes) devConfig {
 
 // devSession runs devRun in the background.
 type devSession struct {
-	stdout, stderr *devSyncBuffer
+	stdout, stderr *testbin.Buffer
 	cancel         context.CancelFunc
 	code           chan int
 }
@@ -95,7 +71,7 @@ type devSession struct {
 func startDevSession(t *testing.T, c devConfig, path string) *devSession {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &devSession{stdout: &devSyncBuffer{}, stderr: &devSyncBuffer{}, cancel: cancel, code: make(chan int, 1)}
+	s := &devSession{stdout: &testbin.Buffer{}, stderr: &testbin.Buffer{}, cancel: cancel, code: make(chan int, 1)}
 	e := &env{stdout: s.stdout, stderr: s.stderr, getenv: func(k string) string {
 		switch k {
 		case "PATH":
@@ -382,13 +358,12 @@ func TestDevDeploySequence(t *testing.T) {
 	c, f, calls := devDeployTest(t, exitOK, nomad)
 	s := startDevSession(t, c, f.Dir)
 	s.waitOutput(t, "Ctrl-C stops everything.\n", 30*time.Second)
-	ports := devagents.Ports{ConsulHTTP: c.ConsulHTTPPort, NomadHTTP: c.NomadHTTPPort}
 
 	call := <-calls
 	if want := []string{"-sidecar-command", c.Executable, "-var", "binary=" + c.Executable, c.Deploy}; !slices.Equal(call.args, want) {
 		t.Errorf("deploy args = %q, want %q", call.args, want)
 	}
-	if call.nomadAddr != fmt.Sprintf("http://127.0.0.1:%d", ports.NomadHTTP) || call.consulAddr != fmt.Sprintf("127.0.0.1:%d", ports.ConsulHTTP) || call.token != "" {
+	if call.nomadAddr != fmt.Sprintf("http://127.0.0.1:%d", c.NomadHTTPPort) || call.consulAddr != fmt.Sprintf("127.0.0.1:%d", c.ConsulHTTPPort) || call.token != "" {
 		t.Errorf("deploy ran with NOMAD_ADDR=%q CONSUL_HTTP_ADDR=%q NOMAD_TOKEN=%q; want the dev agents and no token", call.nomadAddr, call.consulAddr, call.token)
 	}
 	if call.sidecarImage != "" {
@@ -419,8 +394,8 @@ func TestDevDeploySequence(t *testing.T) {
 		}
 		at += i + len(step)
 	}
-	if m := regexp.MustCompile(`first byte after (\d+)ms`).FindStringSubmatch(out); m == nil {
-		t.Errorf("the wake's first byte is not timed in ms:\n%s", out)
+	if m := regexp.MustCompile(`first byte after \d+(\.\d+)?(ms|µs|s) `).FindStringSubmatch(out); m == nil || strings.Contains(out, "first byte after 0s") {
+		t.Errorf("the wake's first byte is not timed (0s or no unit):\n%s", out)
 	}
 	if strings.Contains(out, "In another terminal:\n  export NOMAD_ADDR") && strings.Contains(out, " deploy -sidecar-command "+c.Executable+" -var binary="+c.Executable+" examples/raw-exec.hcl\n  curl") {
 		t.Errorf("with -deploy the banner still tells to deploy by hand:\n%s", out)
@@ -553,10 +528,9 @@ func TestDevStartup(t *testing.T) {
 		c := devTestConfig(t, f)
 		c.DataDir = "" // a temporary one, removed at the end
 		s := startDevSession(t, c, f.Dir)
-		deadline := time.Now().Add(20 * time.Second)
-		for !f.Has(t, "poll consul") && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		testbin.Eventually(t, 20*time.Second, 20*time.Millisecond, "dev polls Consul", func() (bool, string) {
+			return f.Has(t, "poll consul"), s.stderr.String()
+		})
 		var dir string
 		if m := regexp.MustCompile(`log (\S+)/consul\.log\)`).FindStringSubmatch(s.stderr.String()); m != nil {
 			dir = m[1]
@@ -710,7 +684,7 @@ func TestDevDemoWakesScalesAndReturnsToZero(t *testing.T) {
 	}
 	bin := testbin.Path(t)
 	c := devConfig{Listen: "127.0.0.1:0", Domain: "localhost", Executable: bin}
-	var out, errb devSyncBuffer
+	var out, errb testbin.Buffer
 	e := &env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 	code := devDemo(context.Background(), e, c, demoTestSettings())
 	text := out.String()
@@ -762,15 +736,15 @@ func TestDevDemoStopsOnCtrlC(t *testing.T) {
 	}
 	bin := testbin.Path(t)
 	c := devConfig{Listen: "127.0.0.1:0", Domain: "localhost", Executable: bin}
-	var out, errb devSyncBuffer
+	var out, errb testbin.Buffer
 	e := &env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // also when the wait below fails
 	done := make(chan int, 1)
 	go func() { done <- devDemo(ctx, e, c, demoTestSettings()) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(out.String(), "Burst:") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testbin.Eventually(t, 30*time.Second, 20*time.Millisecond, "the demo's burst", func() (bool, string) {
+		return strings.Contains(out.String(), "Burst:"), out.String()
+	})
 	cancel()
 	select {
 	case code := <-done:

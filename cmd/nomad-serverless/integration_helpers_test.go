@@ -13,13 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
 	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
 	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // integ runs the real binary (CLI commands and `serve`) against a fake
@@ -30,31 +30,13 @@ type integ struct {
 	bin     string
 	cluster *fakecluster.Cluster
 	dir     string
-	tasks   *lockedLog // every task's output, printed when the test fails
+	tasks   *testbin.Buffer // every task's output, printed when the test fails
 	serves  []*serveProc
-}
-
-// lockedLog is an io.Writer safe for concurrent writers and a reader.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func newInteg(t *testing.T) *integ {
 	t.Helper()
-	it := &integ{t: t, root: t, bin: testbin.Path(t), dir: t.TempDir(), tasks: &lockedLog{}}
+	it := &integ{t: t, root: t, bin: testbin.Path(t), dir: t.TempDir(), tasks: &testbin.Buffer{}}
 	it.cluster = fakecluster.Start(t, fakecluster.Options{
 		CheckInterval:     250 * time.Millisecond,
 		ShutdownDelay:     time.Second,
@@ -198,6 +180,23 @@ func (it *integ) deploy(file string) cliResult {
 	return it.cli("deploy", "-sidecar-command", it.bin, "-wait", "60s", file)
 }
 
+// deployHello deploys hello.hcl with the test app named version, which
+// must make revision gen of hello: deploy reports it registered, ready and
+// given all the traffic.
+func (it *integ) deployHello(t *testing.T, version string, gen int) {
+	t.Helper()
+	r := it.deploy(it.writeFile("hello.hcl", it.helloService(version)))
+	if r.code != 0 {
+		t.Fatalf("%s", r)
+	}
+	rev := spec.RevisionName("hello", gen)
+	for _, want := range []string{fmt.Sprintf("%s: registered (generation %d)", rev, gen), rev + ": ready (1/1 instances passing)", "hello: route published (" + rev + " 100%)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("deploy's output lacks %q:\n%s", want, r)
+		}
+	}
+}
+
 // serveProc is one running `serve`.
 type serveProc struct {
 	replica string
@@ -320,17 +319,7 @@ func httpGet(url, host string, header map[string]string) (int, string, error) {
 // the test with what cond last said.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not true after %s; last seen: %s", what, timeout, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testbin.Eventually(t, timeout, 100*time.Millisecond, what, cond)
 }
 
 // load sends requests from a few workers until stopped and remembers every
@@ -385,9 +374,4 @@ func (l *load) snapshot() (sent int, failures []string, apps map[string]int) {
 		apps[k] = v
 	}
 	return l.sent, append([]string(nil), l.failures...), apps
-}
-
-// processAlive reports whether a pid is still running (signal 0).
-func processAlive(pid int) bool {
-	return syscall.Kill(pid, 0) == nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,16 +59,7 @@ func TestIntegrationFakeCluster(t *testing.T) {
 // and a request through the gateway reaches the app.
 func (it *integ) scenarioDeploy(t *testing.T, g *serveProc) {
 	c := it.cluster
-	file := it.writeFile("hello.hcl", it.helloService("v1"))
-	r := it.deploy(file)
-	if r.code != 0 {
-		t.Fatalf("%s", r)
-	}
-	for _, want := range []string{"hello-00001: registered (generation 1)", "hello-00001: ready (1/1 instances passing)", "hello: route published (hello-00001 100%)"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("deploy's output lacks %q:\n%s", want, r)
-		}
-	}
+	it.deployHello(t, "v1", 1)
 
 	// Nomad: the revision job in the contract's shape.
 	job := c.Nomad.Job("default", "hello-00001")
@@ -155,10 +147,14 @@ func (it *integ) scenarioZeroAndWake(t *testing.T, g *serveProc) {
 	it.waitAsleep(t, "hello-00001", g)
 	// While it has no instance, serve stands in for it in Consul, with the
 	// revision's tags, so a proxy configured by them routes to it.
+	gwPort, err := devListenPort(g.listen)
+	if err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 10*time.Second, "serve registers a stand-in for hello-00001", func() (bool, string) {
 		inst := c.Consul.Services("hello-00001")
-		return len(inst) == 1 && hasTag(inst[0].Tags, spec.TagActivator) && hasTag(inst[0].Tags, "traefik.enable=true") &&
-			inst[0].Port == portOf(g.listen) && inst[0].Status == "passing", fmt.Sprintf("%+v", inst)
+		return len(inst) == 1 && slices.Contains(inst[0].Tags, spec.TagActivator) && slices.Contains(inst[0].Tags, "traefik.enable=true") &&
+			inst[0].Port == gwPort && inst[0].Status == "passing", fmt.Sprintf("%+v", inst)
 	})
 
 	const burst = 50
@@ -210,30 +206,12 @@ func describeScales(calls []fakecluster.ScaleRequest) string {
 	return strings.Join(parts, " ")
 }
 
-func hasTag(tags []string, tag string) bool {
-	for _, t := range tags {
-		if t == tag {
-			return true
-		}
-	}
-	return false
-}
-
 // Scenario 3: a changed template makes hello-00002; splitting traffic 50/50
 // and then sending all of it to latest, under a light load, fails no
 // request; status, revisions and list say what happened.
 func (it *integ) scenarioNewRevisionAndTraffic(t *testing.T, g *serveProc) {
 	c := it.cluster
-	file := it.writeFile("hello.hcl", it.helloService("v2"))
-	r := it.deploy(file)
-	if r.code != 0 {
-		t.Fatalf("%s", r)
-	}
-	for _, want := range []string{"hello-00002: registered (generation 2)", "hello-00002: ready (1/1 instances passing)", "hello: route published (hello-00002 100%)"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("deploy's output lacks %q:\n%s", want, r)
-		}
-	}
+	it.deployHello(t, "v2", 2)
 	if c.Nomad.Job("default", "hello-00001") == nil {
 		t.Errorf("deploying hello-00002 removed hello-00001, which is among the 3 most recent")
 	}
@@ -355,18 +333,9 @@ func (it *integ) scenarioTag(t *testing.T, g *serveProc) {
 	}
 	var st serviceView
 	it.cliJSON(&st, "status", "hello", "-json")
-	if st.Route.Tags["old"] != "hello-00001" || !containsString(st.URLs, "http://old-hello.default.localhost/") {
+	if st.Route.Tags["old"] != "hello-00001" || !slices.Contains(st.URLs, "http://old-hello.default.localhost/") {
 		t.Errorf("status after tagging: route %+v urls %v", st.Route, st.URLs)
 	}
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Scenario 8: a restarted serve rebuilds its state from Nomad and Consul
@@ -665,13 +634,6 @@ func (it *integ) scenarioNomadDown(t *testing.T, g *serveProc) {
 	}
 }
 
-func portOf(hostPort string) int {
-	_, p, _ := strings.Cut(hostPort, ":")
-	n := 0
-	fmt.Sscan(p, &n)
-	return n
-}
-
 // waitAsleep waits until a revision is at zero everywhere: count 0 in
 // Nomad, no allocation left running (its drain included), no instance in
 // Consul but stand-ins, and none in the given gateways' tables. A request
@@ -689,7 +651,7 @@ func (it *integ) waitAsleep(t *testing.T, rev string, gateways ...*serveProc) {
 		}
 		real := 0
 		for _, in := range c.Consul.Services(rev) {
-			if !hasTag(in.Tags, spec.TagActivator) {
+			if !slices.Contains(in.Tags, spec.TagActivator) {
 				real++
 			}
 		}

@@ -258,8 +258,8 @@ func (w *readyWatchers) sync(ctx context.Context) {
 }
 
 // revisionTags holds each revision's Consul service tags, from its Nomad
-// job, for its stand-ins: the catalog does not carry them. A nil
-// *revisionTags keeps nothing. It is safe for concurrent use.
+// job, for its stand-ins: the catalog does not carry them. It is safe for
+// concurrent use.
 type revisionTags struct {
 	mu   sync.Mutex
 	tags map[string][]string
@@ -268,27 +268,18 @@ type revisionTags struct {
 func newRevisionTags() *revisionTags { return &revisionTags{tags: map[string][]string{}} }
 
 func (r *revisionTags) set(revision string, tags []string) {
-	if r == nil {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.tags[revision] = append([]string(nil), tags...)
 }
 
 func (r *revisionTags) get(revision string) []string {
-	if r == nil {
-		return nil
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.tags[revision]
 }
 
 func (r *revisionTags) delete(revision string) {
-	if r == nil {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.tags, revision)

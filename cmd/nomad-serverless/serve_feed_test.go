@@ -13,6 +13,7 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -22,13 +23,7 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 // waitFor polls cond for up to 5 s: the feeders run in goroutines.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testbin.Eventually(t, 5*time.Second, 5*time.Millisecond, what, func() (bool, string) { return cond(), "" })
 }
 
 type fakeNomadSource struct {
@@ -78,7 +73,7 @@ func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = feedNomad(ctx, src, cat, nil, quietLog) }()
+	go func() { _ = feedNomad(ctx, src, cat, newRevisionTags(), quietLog) }()
 	select {
 	case since := <-src.since:
 		if since != 42 {
@@ -107,17 +102,17 @@ func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 
 func TestApplyNomadEventDeletesTerminalAllocationsAndDeregisteredRevisions(t *testing.T) {
 	cat := catalog.New()
-	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 2}})
-	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Running: true}})
-	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Stopped: true, ClientStatus: "complete"}})
+	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventRevisionRegistered, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 2}})
+	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Running: true}})
+	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Stopped: true, ClientStatus: "complete"}})
 	if n := len(cat.Allocations("r-00001")); n != 0 {
 		t.Fatalf("%d allocations left after the terminal one", n)
 	}
-	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventRevisionUpdated, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 5}})
+	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventRevisionUpdated, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 5}})
 	if r, _ := cat.Revision("r-00001"); r.Desired != 5 {
 		t.Fatalf("desired = %d after a scale event, want 5", r.Desired)
 	}
-	applyNomadEvent(cat, nil, nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "r-00001"}})
+	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "r-00001"}})
 	if _, ok := cat.Revision("r-00001"); ok {
 		t.Fatal("deregistered revision still in the catalog")
 	}
@@ -243,7 +238,7 @@ func TestStandInsExistOnlyWhileARevisionHasNoReadyInstance(t *testing.T) {
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { keepStandIns(ctx, f, cat, nil, "127.0.0.1", 8080, quietLog); close(done) }()
+	go func() { keepStandIns(ctx, f, cat, newRevisionTags(), "127.0.0.1", 8080, quietLog); close(done) }()
 	cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello"})
 	waitFor(t, "a stand-in", func() bool { return slices.Equal(f.names(), []string{"hello-00001"}) })
 	cat.SetReady("hello-00001", []consulroute.Instance{{ID: "i1", Revision: "hello-00001"}})
@@ -317,7 +312,7 @@ func TestFeedNomadListsAgainWhenTheStreamEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- feedNomad(ctx, src, cat, nil, quietLog) }()
+	go func() { done <- feedNomad(ctx, src, cat, newRevisionTags(), quietLog) }()
 	waitFor(t, "the second listing in the catalog", func() bool {
 		_, gone := cat.Revision("gone-00001")
 		k, _ := cat.Revision("kept-00001")
@@ -338,7 +333,7 @@ func TestFeedNomadReturnsAPermanentStreamError(t *testing.T) {
 	src := &scriptedNomadSource{listings: [][]nomadjob.RevisionStatus{nil}, allocs: []map[string][]nomadjob.Allocation{nil}, ends: []error{denied}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := feedNomad(ctx, src, catalog.New(), nil, quietLog); !errors.Is(err, nomadjob.ErrPermission) {
+	if err := feedNomad(ctx, src, catalog.New(), newRevisionTags(), quietLog); !errors.Is(err, nomadjob.ErrPermission) {
 		t.Fatalf("feedNomad = %v, want the permission error", err)
 	}
 }

@@ -22,8 +22,6 @@ type Options struct {
 	// first to say which is taken), the zero ones are picked free.
 	Ports  Ports
 	Config ConfigOptions
-	// Env is the agents' environment; nil is ChildEnv(os.Environ()).
-	Env []string
 	// ReadyTimeout bounds each wait (Consul's leader, Nomad's leader, a
 	// ready node); default 90s. Poll is the interval; default 200ms.
 	ReadyTimeout, Poll time.Duration
@@ -38,7 +36,6 @@ type Options struct {
 // Agents is a running Consul dev agent and Nomad dev agent.
 type Agents struct {
 	Ports Ports
-	Dir   string
 	// NomadAddr is a URL (http://127.0.0.1:port) and ConsulAddr host:port,
 	// as NOMAD_ADDR and CONSUL_HTTP_ADDR want them; ConsulURL is
 	// http://ConsulAddr.
@@ -69,9 +66,6 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 	if o.StopGrace <= 0 {
 		o.StopGrace = 10 * time.Second
 	}
-	if o.Env == nil {
-		o.Env = ChildEnv(os.Environ())
-	}
 	progress := o.Progress
 	if progress == nil {
 		progress = io.Discard
@@ -82,7 +76,6 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 	}
 	a = &Agents{
 		Ports:      ports,
-		Dir:        o.Dir,
 		NomadAddr:  "http://127.0.0.1:" + strconv.Itoa(ports.NomadHTTP),
 		ConsulAddr: "127.0.0.1:" + strconv.Itoa(ports.ConsulHTTP),
 		ACL:        o.Config.ACL,
@@ -110,9 +103,10 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 		consul.token = a.ACL.ConsulManagementToken
 	}
 
+	env := ChildEnv(os.Environ())
 	consulLog := filepath.Join(o.Dir, "consul.log")
 	fmt.Fprintf(progress, "Starting Consul dev agent (%s, log %s)...\n", o.ConsulBin, consulLog)
-	if a.Consul, err = StartProc(Command{Name: "consul", Path: o.ConsulBin, Args: []string{"agent", "-dev", "-config-file", consulCfg}, Env: o.Env, LogPath: consulLog}); err != nil {
+	if a.Consul, err = StartProc(Command{Name: "consul", Path: o.ConsulBin, Args: []string{"agent", "-dev", "-config-file", consulCfg}, Env: env, LogPath: consulLog}); err != nil {
 		return a, err
 	}
 	if err := WaitFor(ctx, a.Consul, "Consul at "+a.ConsulURL, o.ReadyTimeout, o.Poll, consul.leaderCheck); err != nil {
@@ -121,7 +115,7 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 
 	nomadLog := filepath.Join(o.Dir, "nomad.log")
 	fmt.Fprintf(progress, "Starting Nomad dev agent (%s, log %s)...\n", o.NomadBin, nomadLog)
-	if a.Nomad, err = StartProc(Command{Name: "nomad", Path: o.NomadBin, Args: []string{"agent", "-dev", "-config", nomadCfg}, Env: o.Env, LogPath: nomadLog}); err != nil {
+	if a.Nomad, err = StartProc(Command{Name: "nomad", Path: o.NomadBin, Args: []string{"agent", "-dev", "-config", nomadCfg}, Env: env, LogPath: nomadLog}); err != nil {
 		return a, err
 	}
 	what := "Nomad at " + a.NomadAddr
@@ -140,29 +134,22 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 	return a, nil
 }
 
-// procs are the agents started, in start order.
-func (a *Agents) procs() []*Proc {
-	var out []*Proc
-	for _, p := range []*Proc{a.Consul, a.Nomad} {
-		if p != nil {
-			out = append(out, p)
-		}
-	}
-	return out
+// Stop stops Nomad (which, in dev mode, stops the allocations it runs) and
+// then Consul with StopAll, saying so on Options.Progress.
+func (a *Agents) Stop(grace time.Duration) []string {
+	return StopAll(a.progress, grace, a.Nomad, a.Consul)
 }
 
-// Stop stops Nomad (which, in dev mode, stops the allocations it runs) and
-// then Consul, each with Proc.Stop(grace), saying so on Options.Progress. It
-// returns a line for each agent that ignored SIGINT and was killed.
-func (a *Agents) Stop(grace time.Duration) []string {
+// StopAll stops each process in turn with Proc.Stop(grace), skipping nil
+// and ended ones, and says "Stopping <name>..." on w before each. It
+// returns a line for each process that ignored SIGINT and was killed.
+func StopAll(w io.Writer, grace time.Duration, procs ...*Proc) []string {
 	var killed []string
-	procs := a.procs()
-	for i := len(procs) - 1; i >= 0; i-- {
-		p := procs[i]
-		if p.Exited() {
+	for _, p := range procs {
+		if p == nil || p.Exited() {
 			continue
 		}
-		fmt.Fprintf(a.progress, "Stopping %s...\n", p.Name)
+		fmt.Fprintf(w, "Stopping %s...\n", p.Name)
 		if p.Stop(grace) {
 			killed = append(killed, fmt.Sprintf("%s did not stop within %s after SIGINT; killed it.", p.Name, grace))
 		}
@@ -172,8 +159,8 @@ func (a *Agents) Stop(grace time.Duration) []string {
 
 // Alive returns an error describing the first agent that has exited.
 func (a *Agents) Alive() error {
-	for _, p := range a.procs() {
-		if p.Exited() {
+	for _, p := range []*Proc{a.Consul, a.Nomad} {
+		if p != nil && p.Exited() {
 			return errors.New(p.Describe())
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/internal/devagents/devagentstest"
+	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 )
 
 // The tests below start fake `consul` and `nomad` executables (see
@@ -55,8 +56,7 @@ func start(t *testing.T, o Options) *Agents {
 func TestStartWaitsInOrderAndStops(t *testing.T) {
 	f := fakes(t, map[string]string{"FAKE_LEADER_DELAY": "300ms"})
 	var progress bytes.Buffer
-	o := options(t, f, &progress)
-	o.Ports.ConsulHTTP = 0 // picked free
+	o := options(t, f, &progress) // every port picked free
 	a := start(t, o)
 
 	if a.NomadAddr != fmt.Sprintf("http://127.0.0.1:%d", a.Ports.NomadHTTP) || a.ConsulAddr != fmt.Sprintf("127.0.0.1:%d", a.Ports.ConsulHTTP) || a.ConsulURL != "http://"+a.ConsulAddr {
@@ -177,16 +177,16 @@ func TestStartBounds(t *testing.T) {
 	t.Run("context ends while waiting", func(t *testing.T) {
 		f := fakes(t, map[string]string{"FAKE_LEADER_DELAY": "1h"})
 		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // also when the wait below fails
 		done := make(chan error, 1)
 		o := options(t, f, nil) // its progress is written by Start's goroutine alone
 		go func() {
 			_, err := Start(ctx, o)
 			done <- err
 		}()
-		deadline := time.Now().Add(20 * time.Second)
-		for !f.Has(t, "poll consul") && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		testbin.Eventually(t, 20*time.Second, 20*time.Millisecond, "Start polls Consul", func() (bool, string) {
+			return f.Has(t, "poll consul"), strings.Join(f.Lines(t), "; ")
+		})
 		cancel()
 		select {
 		case err := <-done:

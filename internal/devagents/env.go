@@ -1,6 +1,7 @@
 package devagents
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,4 +48,27 @@ func ChildEnv(environ []string) []string {
 		}
 	}
 	return out
+}
+
+// PointProcessAt makes this process's Nomad and Consul clients (the APIs'
+// DefaultConfig reads the environment) and the children it starts talk to
+// the agents at nomadAddr and consulAddr and nothing else: every ClusterVar
+// setting (a token, namespace, region or CA file of the user's own cluster)
+// is removed, then NOMAD_ADDR and CONSUL_HTTP_ADDR are set. Only a process
+// that owns its environment (a command, a test binary) may call it.
+func PointProcessAt(nomadAddr, consulAddr string) error {
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); ClusterVar(name) {
+			if err := os.Unsetenv(name); err != nil {
+				return fmt.Errorf("unset %s: %w", name, err)
+			}
+		}
+	}
+	if err := os.Setenv("NOMAD_ADDR", nomadAddr); err != nil {
+		return fmt.Errorf("set NOMAD_ADDR: %w", err)
+	}
+	if err := os.Setenv("CONSUL_HTTP_ADDR", consulAddr); err != nil {
+		return fmt.Errorf("set CONSUL_HTTP_ADDR: %w", err)
+	}
+	return nil
 }

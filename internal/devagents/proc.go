@@ -103,7 +103,7 @@ func (p *Proc) logTail() string {
 	if p.LogPath == "" {
 		return ""
 	}
-	return fmt.Sprintf("\nlast lines of %s:\n%s", p.LogPath, Tail(p.LogPath, 15))
+	return fmt.Sprintf("\nlast lines of %s:\n%s", p.LogPath, tail(p.LogPath, 15))
 }
 
 // Stop sends SIGINT (an agent leaves its cluster and, in dev mode, Nomad
@@ -126,8 +126,8 @@ func (p *Proc) Stop(grace time.Duration) (killed bool) {
 	return true
 }
 
-// Tail returns the last n lines of a file, indented ("" if unreadable).
-func Tail(path string, n int) string {
+// tail returns the last n lines of a file, indented ("" if unreadable).
+func tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
