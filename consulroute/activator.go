@@ -250,10 +250,16 @@ func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, 
 			MetaReplica:              c.replica,
 		},
 		Check: &api.AgentServiceCheck{
-			Name:                           "activator reachable",
-			TCP:                            net.JoinHostPort(addr, strconv.Itoa(port)),
-			Interval:                       "5s",
-			Timeout:                        "2s",
+			Name:     "activator reachable",
+			TCP:      net.JoinHostPort(addr, strconv.Itoa(port)),
+			Interval: "5s",
+			Timeout:  "2s",
+			// Passing from the start: the replica registering it is
+			// serving, and a check that starts critical (Consul's
+			// default) keeps the stand-in out of Fabio's and Traefik's
+			// tables until the first probe, 5 s later; the route would
+			// be gone for that long after the last real instance left.
+			Status:                         api.HealthPassing,
 			DeregisterCriticalServiceAfter: "1m",
 		},
 	}
@@ -268,4 +274,59 @@ func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, 
 func (c *Client) DeregisterStandIn(ctx context.Context, revision string) error {
 	id := c.StandInID(revision)
 	return c.deregister(ctx, "deregister the activator stand-in "+id, id)
+}
+
+// StandIn is one activator stand-in registration.
+type StandIn struct {
+	ID       string
+	Revision string
+	// Replica is the control-plane replica that registered it.
+	Replica string
+}
+
+// LocalStandIns lists the activator stand-ins the local Consul agent holds,
+// whichever replica registered them: only the agent that holds a
+// registration can remove it for good (a catalog deregistration is undone
+// by the agent's next sync).
+func (c *Client) LocalStandIns(ctx context.Context) ([]StandIn, error) {
+	// No server-side filter: the agent's list is one call, and the
+	// tag test below is the one place that says what a stand-in is.
+	svcs, err := c.api.Agent().ServicesWithFilterOpts("", c.q(ctx))
+	if err != nil {
+		return nil, c.wrap("list the activator stand-ins on the local agent", err)
+	}
+	var out []StandIn
+	for id, s := range svcs {
+		if s == nil || !slices.Contains(s.Tags, spec.TagActivator) || s.Service == spec.ActivatorServiceName {
+			continue
+		}
+		out = append(out, StandIn{ID: id, Revision: s.Service, Replica: s.Meta[MetaReplica]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Replicas lists the names of the control-plane replicas registered in the
+// nomad-serverless-activator service, whatever their health: a replica
+// that crashed stays listed (critical) until Consul reaps it after
+// ActivatorRegistration.DeregisterAfter, and a stopped one deregisters.
+func (c *Client) Replicas(ctx context.Context) (map[string]bool, error) {
+	entries, _, err := c.api.Health().Service(spec.ActivatorServiceName, "", false, c.q(ctx))
+	if err != nil {
+		return nil, c.wrap("list the control-plane replicas ("+spec.ActivatorServiceName+")", err)
+	}
+	out := map[string]bool{}
+	for _, e := range entries {
+		if e != nil && e.Service != nil && e.Service.Meta[MetaReplica] != "" {
+			out[e.Service.Meta[MetaReplica]] = true
+		}
+	}
+	return out, nil
+}
+
+// RemoveStandIn deregisters a stand-in the local agent holds, by ID (one
+// LocalStandIns listed, perhaps another replica's); an absent one is not an
+// error.
+func (c *Client) RemoveStandIn(ctx context.Context, id string) error {
+	return c.deregister(ctx, "remove the activator stand-in "+id, id)
 }

@@ -2,7 +2,6 @@ package consulroute_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"slices"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -38,14 +36,64 @@ func TestStandInCarriesTheRevisionsTags(t *testing.T) {
 	if inst := c.Consul.Services("whoami-00001"); len(inst) != 1 || !slices.Equal(inst[0].Tags, want) || inst[0].Port != port {
 		t.Fatalf("stand-in %+v, want tags %v on port %d", inst, want, port)
 	}
-	testbin.Eventually(t, 5*time.Second, 50*time.Millisecond, "the stand-in's check on the gateway passes", func() (bool, string) {
-		inst := c.Consul.Services("whoami-00001")
-		return len(inst) == 1 && inst[0].Status == "passing", fmt.Sprintf("%+v", inst)
-	})
+	// Passing at once, before the first probe: a catalog-driven proxy
+	// takes the stand-in into its table from its registration on.
+	if inst := c.Consul.Services("whoami-00001"); len(inst) != 1 || inst[0].Status != "passing" {
+		t.Errorf("the stand-in does not pass from its registration on: %+v", inst)
+	}
 	if h, err := cl.Health(ctx, "whoami-00001"); err != nil || len(h) != 0 {
 		t.Errorf("Health counts the stand-in: %+v, %v", h, err)
 	}
 	if err := cl.DeregisterStandIn(ctx, "whoami-00001"); err != nil || len(c.Consul.Services("whoami-00001")) != 0 {
 		t.Errorf("deregister: %v, left %+v", err, c.Consul.Services("whoami-00001"))
+	}
+}
+
+// A replica finds the stand-ins its agent holds, whoever registered them,
+// tells which replicas exist, and removes another's by ID.
+func TestStandInsOnTheLocalAgent(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{CheckInterval: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gateway, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gateway.Close()
+	port := gateway.Addr().(*net.TCPAddr).Port
+	clients := map[string]*consulroute.Client{}
+	for _, r := range []string{"r1", "r2"} {
+		cl, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[r] = cl
+		if err := cl.RegisterStandIn(ctx, "hello-00001", "hello", "127.0.0.1", port); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := clients["r1"].RegisterActivator(ctx, consulroute.ActivatorRegistration{Address: "127.0.0.1", Port: port, AdminPort: port}); err != nil {
+		t.Fatal(err)
+	}
+	local, err := clients["r1"].LocalStandIns(ctx)
+	want := []consulroute.StandIn{
+		{ID: "hello-00001-activator-r1", Revision: "hello-00001", Replica: "r1"},
+		{ID: "hello-00001-activator-r2", Revision: "hello-00001", Replica: "r2"},
+	}
+	if err != nil || !slices.Equal(local, want) {
+		t.Fatalf("LocalStandIns = %+v, %v; want %+v", local, err, want)
+	}
+	replicas, err := clients["r1"].Replicas(ctx)
+	if err != nil || len(replicas) != 1 || !replicas["r1"] {
+		t.Errorf("Replicas = %v, %v; want r1 only (r2 never registered its activator)", replicas, err)
+	}
+	if err := clients["r1"].RemoveStandIn(ctx, "hello-00001-activator-r2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := clients["r1"].RemoveStandIn(ctx, "hello-00001-activator-r2"); err != nil {
+		t.Errorf("removing an absent stand-in: %v", err)
+	}
+	if inst := c.Consul.Services("hello-00001"); len(inst) != 1 || inst[0].ID != "hello-00001-activator-r1" {
+		t.Errorf("after removing r2's stand-in: %+v", inst)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -23,6 +24,9 @@ type Service struct {
 	Concurrency int
 	Scaling     Scaling
 	Traffic     []Traffic
+	// Tags go on each revision's Consul service (and the activator's
+	// stand-in); Domains are extra hosts the gateway serves.
+	Tags, Domains []string
 }
 
 // Scaling is the subset of the scaling block the scenarios set. Min and
@@ -106,6 +110,22 @@ func (s Service) HCL() string {
 		fmt.Fprintf(&b, "    scale_to_zero_grace = %q\n", hclDuration(sc.ScaleToZeroGrace))
 	}
 	b.WriteString("  }\n")
+	if len(s.Tags)+len(s.Domains) > 0 {
+		b.WriteString("\n")
+	}
+	for _, l := range []struct {
+		name string
+		vals []string
+	}{{"tags", s.Tags}, {"domains", s.Domains}} {
+		if len(l.vals) == 0 {
+			continue
+		}
+		q := make([]string, len(l.vals))
+		for i, v := range l.vals {
+			q[i] = strconv.Quote(v)
+		}
+		fmt.Fprintf(&b, "  %s = [%s]\n", l.name, strings.Join(q, ", "))
+	}
 	for _, t := range s.Traffic {
 		b.WriteString("\n  traffic {\n")
 		if t.Latest {

@@ -1,6 +1,7 @@
 package nomadjob
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,8 +66,8 @@ type AllocationEvent struct {
 // been missed if Nomad no longer holds the ones after the last index.
 var ErrStreamEnded = errors.New("Nomad event stream ended")
 
-// StreamEvents follows Nomad's event stream (topics Job and Allocation,
-// all namespaces) once: it opens the stream from index since and calls fn,
+// StreamEvents follows Nomad's event stream (topics Job, Allocation and
+// Evaluation, all namespaces) once: it opens the stream from index since and calls fn,
 // in order, for every change to a revision job of ours or one of its
 // allocations, until the stream ends or ctx does. It returns the index to
 // resume from and why it stopped: ctx's error; an *Error when the stream
@@ -97,10 +98,14 @@ func (c *Client) StreamEvents(ctx context.Context, since uint64, fn func(Event))
 // watchOp names the event stream in errors.
 const watchOp = "watch Nomad events"
 
-// openStream opens Nomad's event stream for topics Job and Allocation in
-// every namespace, from index.
+// openStream opens Nomad's event stream for topics Job, Allocation and
+// Evaluation in every namespace, from index. Evaluation is there for one
+// event only: Nomad 1.6 sends nothing on the Job topic when a job is purged
+// (its state store emits no event for a deleted job), only an evaluation
+// with Type JobDeregistered; without it a purged revision would stay in
+// every cache that follows the stream.
 func (c *Client) openStream(ctx context.Context, index uint64) (<-chan *api.Events, error) {
-	topics := map[api.Topic][]string{api.TopicJob: nil, api.TopicAllocation: nil}
+	topics := map[api.Topic][]string{api.TopicJob: nil, api.TopicAllocation: nil, api.TopicEvaluation: nil}
 	return c.api.EventStream().Stream(ctx, topics, index, c.query(ctx, api.AllNamespacesNamespace))
 }
 
@@ -149,8 +154,34 @@ func (f *eventFilter) translate(c *Client, e api.Event) (Event, bool) {
 		return f.job(c, e)
 	case api.TopicAllocation:
 		return f.allocation(c, e)
+	case api.TopicEvaluation:
+		return f.evaluation(e)
 	}
 	return Event{}, false
+}
+
+// evaluation turns the evaluation Nomad creates when a job is deregistered
+// (Type JobDeregistered: `nomad job stop`, with or without -purge) into a
+// deregistration of the revision it names. It is the only event a purge
+// produces (a stop without purge also sends the stopped job on the Job
+// topic, and the two agree). Every other evaluation is skipped. Whether the
+// job is gone for good is not in the evaluation, so Purged stays false: the
+// revision is gone from traffic either way.
+func (f *eventFilter) evaluation(e api.Event) (Event, bool) {
+	if e.Type != "JobDeregistered" {
+		return Event{}, false
+	}
+	ev, err := e.Evaluation()
+	if err != nil || ev == nil {
+		return Event{}, false
+	}
+	ns := cmp.Or(ev.Namespace, eventNamespace(e))
+	svc, gen, ok := spec.ParseRevisionName(ev.JobID)
+	if !ok || f.notOurs[ns+"/"+ev.JobID] {
+		return Event{}, false
+	}
+	return Event{Kind: EventRevisionDeregistered, Index: e.Index,
+		Revision: RevisionInfo{Name: ev.JobID, Service: svc, Generation: gen, Namespace: ns, Stopped: true}}, true
 }
 
 func (f *eventFilter) job(c *Client, e api.Event) (Event, bool) {
@@ -248,7 +279,7 @@ func isRevisionAlloc(a *api.Allocation) bool {
 // the payload; api.Event does not decode it, so it is read from the
 // payload object when there is one.
 func eventNamespace(e api.Event) string {
-	for _, k := range []string{"Job", "Allocation"} {
+	for _, k := range []string{"Job", "Allocation", "Evaluation"} {
 		if m, ok := e.Payload[k].(map[string]any); ok {
 			if ns, ok := m["Namespace"].(string); ok && ns != "" {
 				return ns

@@ -18,7 +18,7 @@ func streamExchange(name, index, text string) fixtures.Exchange {
 		Name: name,
 		Request: fixtures.Request{
 			Method: http.MethodGet, Path: "/v1/event/stream",
-			Query: fixtures.Query{"index": {index}, "topic": {"Job", "Allocation"}},
+			Query: fixtures.Query{"index": {index}, "topic": {"Job", "Allocation", "Evaluation"}},
 		},
 		Response: fixtures.Response{
 			Status:  http.StatusOK,
@@ -162,7 +162,11 @@ func TestStreamEventsSkipsOtherJobs(t *testing.T) {
 		`{"Index":30,"Events":[{"Topic":"Job","Type":"JobRegistered","Key":"redis-00001","Namespace":"default","Index":30,"Payload":{"Job":{"ID":"redis-00001","Namespace":"default","Version":0,"Meta":{"owner":"ops"},"TaskGroups":[{"Name":"app","Count":1}]}}}]}`,
 		`{"Index":31,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a1","Namespace":"default","Index":31,"Payload":{"Allocation":{"ID":"a1","JobID":"redis-00001","Namespace":"default","TaskGroup":"app","ClientStatus":"running","DesiredStatus":"run"}}}]}`,
 		`{"Index":32,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a2","Namespace":"default","Index":32,"Payload":{"Allocation":{"ID":"a2","JobID":"web","Namespace":"default","TaskGroup":"app","ClientStatus":"running","DesiredStatus":"run"}}}]}`,
-		`{"Index":33,"Events":[{"Topic":"Job","Type":"JobDeregistered","Key":"hello-00002","Namespace":"default","Index":33,"Payload":{"Job":null}}]}`,
+		// A purge sends nothing on the Job topic, only the evaluation
+		// (as Nomad 1.6.5 does); other evaluations are skipped.
+		`{"Index":33,"Events":[{"Topic":"Evaluation","Type":"EvaluationUpdated","Key":"e0","Namespace":"default","Index":33,"Payload":{"Evaluation":{"ID":"e0","Namespace":"default","JobID":"hello-00001","TriggeredBy":"job-scaling","Status":"complete"}}}]}`,
+		`{"Index":33,"Events":[{"Topic":"Evaluation","Type":"JobDeregistered","Key":"e1","Namespace":"default","Index":33,"Payload":{"Evaluation":{"ID":"e1","Namespace":"default","JobID":"hello-00002","TriggeredBy":"job-deregister","Status":"pending"}}}]}`,
+		`{"Index":33,"Events":[{"Topic":"Evaluation","Type":"JobDeregistered","Key":"e2","Namespace":"default","Index":33,"Payload":{"Evaluation":{"ID":"e2","Namespace":"default","JobID":"redis-00001","TriggeredBy":"job-deregister","Status":"pending"}}}]}`,
 		`{"Index":34,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a3","Namespace":"default","Index":34,"Payload":{"Allocation":{"ID":"a3","JobID":"hello-00002","Namespace":"default","TaskGroup":"app","ClientStatus":"complete","DesiredStatus":"stop","TaskStates":{"user":{"State":"dead"},"queue-proxy":{"State":"dead"}}}}}]}`,
 		"",
 	}, "\n")
@@ -174,10 +178,34 @@ func TestStreamEventsSkipsOtherJobs(t *testing.T) {
 	if len(evs) != 2 {
 		t.Fatalf("events = %+v, want the purge of hello-00002 and its stopped allocation only", evs)
 	}
-	if e := evs[0]; e.Kind != EventRevisionDeregistered || !e.Purged || e.Revision.Name != "hello-00002" || e.Revision.Service != "hello" {
+	if e := evs[0]; e.Kind != EventRevisionDeregistered || e.Revision.Name != "hello-00002" || e.Revision.Service != "hello" || !e.Revision.Stopped {
 		t.Errorf("purge event = %+v", e)
 	}
 	if a := evs[1].Allocation; evs[1].Kind != EventAllocationUpdated || a.ID != "a3" || !a.Stopped || a.Running {
 		t.Errorf("allocation event = %+v", evs[1])
+	}
+}
+
+// A purge, as Nomad 1.6.5 streams it (fixture 058): nothing on the Job
+// topic, only the JobDeregistered evaluation, which must still say the
+// revision is gone; the evaluation's later updates and the allocation of
+// this one-task job (not a revision's shape) are skipped.
+func TestStreamEventsSeesAPurgeThroughItsEvaluation(t *testing.T) {
+	stream := string(fixtures.ReadFile(t, "nomad-1.6/058-event-stream-purge.ndjson"))
+	if strings.Contains(stream, `"Topic":"Job"`) {
+		t.Fatal("fixture changed: the recorded purge has a Job-topic event")
+	}
+	c, _ := newTestClient(t, streamExchange("stream", "16", stream))
+	var evs []Event
+	next, err := c.StreamEvents(testCtx(t), 16, func(e Event) { evs = append(evs, e) })
+	if !errors.Is(err, ErrStreamEnded) || next != 21 {
+		t.Fatalf("StreamEvents = %d, %v; want the stream read to its end (index 20)", next, err)
+	}
+	if len(evs) != 1 {
+		t.Fatalf("events = %+v, want the deregistration of hello-00001 only", evs)
+	}
+	if e := evs[0]; e.Kind != EventRevisionDeregistered || e.Index != 16 || e.Revision.Name != "hello-00001" ||
+		e.Revision.Service != "hello" || e.Revision.Generation != 1 || e.Revision.Namespace != "default" || !e.Revision.Stopped {
+		t.Errorf("purge event = %+v", e)
 	}
 }

@@ -134,7 +134,10 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	}
 
 	tags := newRevisionTags()
-	goRun("follow Nomad", func(ctx context.Context) error { return feedNomad(ctx, nomad, cat, tags, log) })
+	listed := make(chan struct{})
+	goRun("follow Nomad", func(ctx context.Context) error {
+		return feedNomad(ctx, nomad, cat, tags, func() { close(listed) }, log)
+	})
 	goRun("follow Consul records", func(ctx context.Context) error { return feedRecords(ctx, consul, cat, log) })
 	watchers := &readyWatchers{src: consul, cat: cat, log: log}
 	goRun("follow ready instances", func(ctx context.Context) error { watchers.run(ctx); return nil })
@@ -146,7 +149,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	})
 	goRun("leader lookup", func(ctx context.Context) error { leader.follow(ctx, consul, log); return nil })
 	goRun("activator stand-ins", func(ctx context.Context) error {
-		keepStandIns(ctx, consul, cat, tags, advertise, gwPort, log)
+		keepStandIns(ctx, consul, cat, tags, advertise, gwPort, listed, log)
 		return nil
 	})
 

@@ -43,11 +43,19 @@ const streamResetAfter = 30 * time.Second
 // ones, and a change missed here (a revision registered while the stream
 // was down) would stay missing until serve restarts. It returns ctx's
 // error, or an error Nomad will keep giving (a permission error).
-func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, log *slog.Logger) error {
+//
+// listed, when not nil, is called once, after the first listing is in the
+// catalog: from then on a revision missing from it is one Nomad does not
+// run (the stand-in keeper waits for that before it removes anything).
+func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, listed func(), log *slog.Logger) error {
 	for attempt := 0; ; {
 		since, err := listNomad(ctx, src, cat, tags, log)
 		if err != nil {
 			return err
+		}
+		if listed != nil {
+			listed()
+			listed = nil
 		}
 		opened := time.Now()
 		next, err := src.StreamEvents(ctx, since, func(ev nomadjob.Event) { applyNomadEvent(cat, tags, ev) })
@@ -283,63 +291,6 @@ func (r *revisionTags) delete(revision string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.tags, revision)
-}
-
-// standInSource is what the stand-in keeper needs (consulroute.Client).
-type standInSource interface {
-	RegisterStandIn(ctx context.Context, revision, service string, addr string, port int, tags ...string) error
-	DeregisterStandIn(ctx context.Context, revision string) error
-}
-
-// keepStandIns registers this replica as a stand-in instance of every
-// revision that has no ready instance (Knative's SKS proxy mode), with the
-// revision's own tags so catalog-driven proxies (Traefik, Fabio, Consul
-// DNS) treat it as they treat an instance and send its first request here,
-// and removes the stand-in once real instances pass.
-func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, tags *revisionTags, addr string, port int, log *slog.Logger) {
-	registered := map[string]bool{}
-	defer func() {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		for rev := range registered {
-			_ = src.DeregisterStandIn(cleanup, rev)
-		}
-	}()
-	for {
-		changed := cat.Changed()
-		want := map[string]string{}
-		for _, r := range cat.Revisions() {
-			if len(cat.Ready(r.Name)) == 0 {
-				want[r.Name] = r.Service
-			}
-		}
-		for rev, svc := range want {
-			if registered[rev] {
-				continue
-			}
-			if err := src.RegisterStandIn(ctx, rev, svc, addr, port, tags.get(rev)...); err != nil {
-				log.Warn("register activator stand-in", "revision", rev, "err", err)
-				continue
-			}
-			registered[rev] = true
-		}
-		for rev := range registered {
-			if _, ok := want[rev]; ok {
-				continue
-			}
-			if err := src.DeregisterStandIn(ctx, rev); err != nil {
-				log.Warn("deregister activator stand-in", "revision", rev, "err", err)
-				continue
-			}
-			delete(registered, rev)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		case <-time.After(10 * time.Second): // retry failed registrations
-		}
-	}
 }
 
 func backoffStep(attempt int) time.Duration {

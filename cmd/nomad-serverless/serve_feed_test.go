@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -73,7 +72,7 @@ func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = feedNomad(ctx, src, cat, newRevisionTags(), quietLog) }()
+	go func() { _ = feedNomad(ctx, src, cat, newRevisionTags(), nil, quietLog) }()
 	select {
 	case since := <-src.since:
 		if since != 42 {
@@ -199,59 +198,6 @@ func TestReadyWatchersFollowTheCatalogsRevisions(t *testing.T) {
 	}
 }
 
-type fakeStandIns struct {
-	mu   sync.Mutex
-	reg  map[string]string
-	tags map[string][]string
-}
-
-func (f *fakeStandIns) RegisterStandIn(_ context.Context, rev, svc, addr string, port int, tags ...string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reg[rev] = svc
-	if f.tags != nil {
-		f.tags[rev] = tags
-	}
-	return nil
-}
-
-func (f *fakeStandIns) DeregisterStandIn(_ context.Context, rev string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.reg, rev)
-	return nil
-}
-
-func (f *fakeStandIns) names() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for r := range f.reg {
-		out = append(out, r)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func TestStandInsExistOnlyWhileARevisionHasNoReadyInstance(t *testing.T) {
-	f := &fakeStandIns{reg: map[string]string{}}
-	cat := catalog.New()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { keepStandIns(ctx, f, cat, newRevisionTags(), "127.0.0.1", 8080, quietLog); close(done) }()
-	cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello"})
-	waitFor(t, "a stand-in", func() bool { return slices.Equal(f.names(), []string{"hello-00001"}) })
-	cat.SetReady("hello-00001", []consulroute.Instance{{ID: "i1", Revision: "hello-00001"}})
-	waitFor(t, "the stand-in to go", func() bool { return len(f.names()) == 0 })
-	cat.SetReady("hello-00001", nil)
-	waitFor(t, "the stand-in to come back at zero", func() bool { return len(f.names()) == 1 })
-	cancel()
-	<-done
-	if len(f.names()) != 0 {
-		t.Fatalf("stand-ins left registered after shutdown: %v", f.names())
-	}
-}
-
 // scriptedNomadSource answers a different listing each time and ends each
 // stream with the error of its turn.
 type scriptedNomadSource struct {
@@ -312,7 +258,7 @@ func TestFeedNomadListsAgainWhenTheStreamEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- feedNomad(ctx, src, cat, newRevisionTags(), quietLog) }()
+	go func() { done <- feedNomad(ctx, src, cat, newRevisionTags(), nil, quietLog) }()
 	waitFor(t, "the second listing in the catalog", func() bool {
 		_, gone := cat.Revision("gone-00001")
 		k, _ := cat.Revision("kept-00001")
@@ -333,33 +279,8 @@ func TestFeedNomadReturnsAPermanentStreamError(t *testing.T) {
 	src := &scriptedNomadSource{listings: [][]nomadjob.RevisionStatus{nil}, allocs: []map[string][]nomadjob.Allocation{nil}, ends: []error{denied}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := feedNomad(ctx, src, catalog.New(), newRevisionTags(), quietLog); !errors.Is(err, nomadjob.ErrPermission) {
+	if err := feedNomad(ctx, src, catalog.New(), newRevisionTags(), nil, quietLog); !errors.Is(err, nomadjob.ErrPermission) {
 		t.Fatalf("feedNomad = %v, want the permission error", err)
 	}
 }
 
-// A stand-in carries the revision's own tags (from its Nomad job), so a
-// proxy configured by instance tags (Traefik) routes to it as to an
-// instance.
-func TestStandInsCarryTheRevisionsTags(t *testing.T) {
-	f := &fakeStandIns{reg: map[string]string{}, tags: map[string][]string{}}
-	cat := catalog.New()
-	tags := newRevisionTags()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { keepStandIns(ctx, f, cat, tags, "127.0.0.1", 8080, quietLog); close(done) }()
-	defer func() { cancel(); <-done }()
-	want := []string{"serverless", "service=whoami", "traefik.enable=true", "traefik.http.routers.whoami.rule=Host(`whoami.example.com`)"}
-	applyNomadEvent(cat, tags, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered,
-		Revision: nomadjob.RevisionInfo{Name: "whoami-00001", Service: "whoami", ServiceTags: want}})
-	waitFor(t, "a stand-in with the revision's tags", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return slices.Equal(f.tags["whoami-00001"], want)
-	})
-	applyNomadEvent(cat, tags, nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "whoami-00001"}})
-	waitFor(t, "the stand-in to go with the revision", func() bool { return len(f.names()) == 0 })
-	if got := tags.get("whoami-00001"); got != nil {
-		t.Errorf("tags of a deregistered revision kept: %v", got)
-	}
-}

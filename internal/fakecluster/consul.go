@@ -151,6 +151,7 @@ func (c *Consul) handler() http.Handler {
 	})
 	mux.HandleFunc("PUT /v1/agent/service/register", c.serviceRegister)
 	mux.HandleFunc("PUT /v1/agent/service/deregister/{id}", c.serviceDeregister)
+	mux.HandleFunc("GET /v1/agent/services", c.agentServices)
 	mux.HandleFunc("GET /v1/health/service/{name}", c.healthService)
 	mux.HandleFunc("GET /v1/health/checks/{service}", c.healthChecks)
 	mux.HandleFunc("GET /v1/catalog/service/{name}", c.catalogService)

@@ -261,6 +261,25 @@ func (c *Consul) checkFromDefinition(serviceID, serviceName string, d *consulapi
 	return chk, nil
 }
 
+// agentServices is GET /v1/agent/services: every instance the (one) agent
+// holds, by ID. A filter is refused rather than ignored, so a caller that
+// comes to rely on one is noticed here.
+func (c *Consul) agentServices(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("filter") {
+		writeText(w, writeHeaders, http.StatusBadRequest, "fake cluster: agent services filter not supported")
+		return
+	}
+	c.mu.Lock()
+	out := map[string]*consulapi.AgentService{}
+	for _, s := range c.services {
+		out[s.ID] = &consulapi.AgentService{ID: s.ID, Service: s.Name, Tags: slices.Clone(s.Tags), Meta: maps.Clone(s.Meta),
+			Port: s.Port, Address: s.Address, Weights: consulapi.AgentWeights{Passing: 1, Warning: 1},
+			Datacenter: "dc1", CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex}
+	}
+	c.mu.Unlock()
+	writeJSON(w, writeHeaders, out)
+}
+
 func (c *Consul) serviceDeregister(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !c.Deregister(id) {

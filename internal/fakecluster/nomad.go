@@ -567,7 +567,7 @@ func (n *Nomad) deregister(w http.ResponseWriter, r *http.Request) {
 	resp := deregisterResponse(registerResponse(newUUID(), idx, idx, idx))
 	if purge {
 		delete(n.jobs, jobKey(ns, id))
-		n.publishLocked(idx, jobEvent("JobDeregistered", j))
+		n.publishLocked(idx, deregisterEvalEvent(j, idx))
 		n.stopAllocsLocked(j, "alloc not needed due to job purge")
 	} else {
 		if !deref(j.job.Stop) {
@@ -578,7 +578,7 @@ func (n *Nomad) deregister(w http.ResponseWriter, r *http.Request) {
 			j.job.SubmitTime = new(time.Now().UnixNano())
 		}
 		n.setJobStatusLocked(j)
-		n.publishLocked(idx, jobEvent("JobDeregistered", j))
+		n.publishLocked(idx, jobEvent("JobDeregistered", j), deregisterEvalEvent(j, idx))
 		n.reconcileLocked(j)
 	}
 	n.mu.Unlock()

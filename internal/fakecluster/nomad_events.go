@@ -38,6 +38,21 @@ func jobEvent(typ string, j *nomadJob) eventWire {
 	return eventWire{Topic: string(api.TopicJob), Type: typ, Key: deref(j.job.ID), Namespace: j.ns, Payload: payload}
 }
 
+// deregisterEvalEvent is the evaluation event Nomad 1.6 sends when a job is
+// deregistered (Type JobDeregistered). For a purge it is the only event:
+// Nomad's state store emits nothing for a deleted job, so a follower of the
+// Job topic alone never hears of it.
+func deregisterEvalEvent(j *nomadJob, index uint64) eventWire {
+	id := newUUID()
+	payload, _ := json.Marshal(map[string]any{"Evaluation": map[string]any{
+		"ID": id, "Namespace": j.ns, "Priority": deref(j.job.Priority), "Type": deref(j.job.Type),
+		"TriggeredBy": "job-deregister", "JobID": deref(j.job.ID), "JobModifyIndex": index,
+		"Status": "pending", "CreateIndex": index, "ModifyIndex": index,
+	}})
+	return eventWire{Topic: string(api.TopicEvaluation), Type: "JobDeregistered", Key: id, Namespace: j.ns,
+		FilterKeys: []string{deref(j.job.ID), ""}, Payload: payload}
+}
+
 func allocEvent(typ string, a *alloc) eventWire {
 	// Allocation events carry the allocation without its job.
 	payload, _ := json.Marshal(map[string]any{"Allocation": allocNoJob{a.wire(false)}})

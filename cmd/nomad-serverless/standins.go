@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+)
+
+// standInSource is what the stand-in keeper needs (consulroute.Client).
+type standInSource interface {
+	RegisterStandIn(ctx context.Context, revision, service string, addr string, port int, tags ...string) error
+	DeregisterStandIn(ctx context.Context, revision string) error
+	StandInID(revision string) string
+	LocalStandIns(ctx context.Context) ([]consulroute.StandIn, error)
+	Replicas(ctx context.Context) (map[string]bool, error)
+	RemoveStandIn(ctx context.Context, id string) error
+}
+
+// standInWanted says which revisions need this replica's stand-in (revision
+// -> service): those with no ready instance, and those Nomad has been told
+// to run at zero. The second is what keeps a catalog-driven proxy's route
+// alive across a scale to zero (make before break): the job's count drops
+// to 0 before Nomad stops the last allocation and deregisters its service,
+// so the stand-in, registered passing, is in the catalog before the last
+// real instance leaves it. It is pure: the keeper feeds it the catalog.
+func standInWanted(revs []catalog.Revision, ready func(revision string) int) map[string]string {
+	want := map[string]string{}
+	for _, r := range revs {
+		if r.Desired == 0 || ready(r.Name) == 0 {
+			want[r.Name] = r.Service
+		}
+	}
+	return want
+}
+
+// orphanedStandIns picks, from the stand-ins the local agent holds, those
+// to remove (IDs) and this replica's own to adopt (revisions): a stand-in
+// whose replica is no longer registered at all (it stopped, or crashed
+// and Consul reaped it) has nobody left to remove it, and one of this
+// replica's own names from an earlier run (same replica name, restarted)
+// is taken back so the keeper removes it when it is not wanted. Another
+// live replica's stand-ins are that replica's business. It is pure.
+func orphanedStandIns(local []consulroute.StandIn, replicas map[string]bool, ownID func(revision string) string) (remove []string, adopt []string) {
+	for _, s := range local {
+		switch {
+		case s.ID == ownID(s.Revision):
+			adopt = append(adopt, s.Revision)
+		case !replicas[s.Replica]:
+			remove = append(remove, s.ID)
+		}
+	}
+	return remove, adopt
+}
+
+// standInSweepEvery is how often the keeper looks for orphaned stand-ins on
+// its agent (one agent listing and one health query).
+const standInSweepEvery = time.Minute
+
+// keepStandIns registers this replica as a stand-in instance of every
+// revision standInWanted names (Knative's SKS proxy mode), with the
+// revision's own tags so catalog-driven proxies (Traefik, Fabio, Consul
+// DNS) treat it as they treat an instance and send its first request here,
+// and removes the stand-in once real instances pass or the revision is
+// gone. It starts once Nomad's first listing is in the catalog (listed is
+// closed): before that an empty catalog would say every stand-in is
+// unwanted. Then, and every standInSweepEvery, it removes stand-ins on its
+// agent left by replicas that no longer exist and adopts its own from an
+// earlier run. On the way out it removes every stand-in it registered.
+func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, tags *revisionTags, addr string, port int, listed <-chan struct{}, log *slog.Logger) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-listed:
+	}
+	registered := map[string]bool{}
+	defer func() {
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for rev := range registered {
+			_ = src.DeregisterStandIn(cleanup, rev)
+		}
+	}()
+	sweep := func() {
+		local, err := src.LocalStandIns(ctx)
+		if err != nil {
+			log.Warn("look for orphaned activator stand-ins", "err", err)
+			return
+		}
+		replicas, err := src.Replicas(ctx)
+		if err != nil {
+			log.Warn("look for orphaned activator stand-ins", "err", err)
+			return
+		}
+		remove, adopt := orphanedStandIns(local, replicas, src.StandInID)
+		for _, rev := range adopt {
+			registered[rev] = true
+		}
+		for _, id := range remove {
+			if err := src.RemoveStandIn(ctx, id); err != nil {
+				log.Warn("remove an orphaned activator stand-in", "id", id, "err", err)
+				continue
+			}
+			log.Info("removed an activator stand-in left by a replica that no longer exists", "id", id)
+		}
+	}
+	sweep()
+	nextSweep := time.Now().Add(standInSweepEvery)
+	ready := func(rev string) int { return len(cat.Ready(rev)) }
+	for {
+		changed := cat.Changed()
+		if time.Now().After(nextSweep) {
+			sweep()
+			nextSweep = time.Now().Add(standInSweepEvery)
+		}
+		want := standInWanted(cat.Revisions(), ready)
+		revs := make([]string, 0, len(want))
+		for rev := range want {
+			if !registered[rev] {
+				revs = append(revs, rev)
+			}
+		}
+		sort.Strings(revs)
+		for _, rev := range revs {
+			if err := src.RegisterStandIn(ctx, rev, want[rev], addr, port, tags.get(rev)...); err != nil {
+				log.Warn("register activator stand-in", "revision", rev, "err", err)
+				continue
+			}
+			registered[rev] = true
+		}
+		for rev := range registered {
+			if _, ok := want[rev]; ok {
+				continue
+			}
+			if err := src.DeregisterStandIn(ctx, rev); err != nil {
+				log.Warn("deregister activator stand-in", "revision", rev, "err", err)
+				continue
+			}
+			delete(registered, rev)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-time.After(10 * time.Second): // retry failed registrations; sweep
+		}
+	}
+}

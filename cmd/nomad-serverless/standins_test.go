@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+)
+
+func TestStandInWanted(t *testing.T) {
+	rev := func(name string, desired int) catalog.Revision {
+		return catalog.Revision{Name: name, Service: "hello", Desired: desired}
+	}
+	ready := map[string]int{"hello-00002": 1, "hello-00003": 2, "hello-00004": 1}
+	got := standInWanted([]catalog.Revision{
+		rev("hello-00001", 0), // at zero, nothing ready
+		rev("hello-00002", 0), // told to go to zero, last instance still passing: make before break
+		rev("hello-00003", 2), // serving
+		rev("hello-00004", 3), // scaling up, one ready
+		rev("hello-00005", 1), // waking, nothing ready yet
+	}, func(r string) int { return ready[r] })
+	want := map[string]string{"hello-00001": "hello", "hello-00002": "hello", "hello-00005": "hello"}
+	if !maps.Equal(got, want) {
+		t.Errorf("standInWanted = %v, want %v", got, want)
+	}
+}
+
+func TestOrphanedStandIns(t *testing.T) {
+	own := func(rev string) string { return rev + "-activator-me" }
+	local := []consulroute.StandIn{
+		{ID: "a-00001-activator-me", Revision: "a-00001", Replica: "me"},     // mine from an earlier run
+		{ID: "a-00001-activator-live", Revision: "a-00001", Replica: "live"}, // a live replica's
+		{ID: "a-00001-activator-gone", Revision: "a-00001", Replica: "gone"}, // a replica no longer registered
+		{ID: "b-00002-activator-gone", Revision: "b-00002", Replica: "gone"},
+		{ID: "b-00002-activator-", Revision: "b-00002", Replica: ""}, // no replica meta: nobody owns it
+	}
+	remove, adopt := orphanedStandIns(local, map[string]bool{"me": true, "live": true}, own)
+	if want := []string{"a-00001-activator-gone", "b-00002-activator-gone", "b-00002-activator-"}; !slices.Equal(remove, want) {
+		t.Errorf("remove = %v, want %v", remove, want)
+	}
+	if want := []string{"a-00001"}; !slices.Equal(adopt, want) {
+		t.Errorf("adopt = %v, want %v", adopt, want)
+	}
+}
+
+// fakeStandIns is a local Consul agent's stand-in registrations, by ID.
+type fakeStandIns struct {
+	replica  string
+	replicas map[string]bool
+
+	mu      sync.Mutex
+	reg     map[string]consulroute.StandIn
+	tags    map[string][]string
+	removed []string
+}
+
+func newFakeStandIns(replica string) *fakeStandIns {
+	return &fakeStandIns{replica: replica, replicas: map[string]bool{replica: true}, reg: map[string]consulroute.StandIn{}, tags: map[string][]string{}}
+}
+
+func (f *fakeStandIns) StandInID(rev string) string { return rev + "-activator-" + f.replica }
+
+func (f *fakeStandIns) RegisterStandIn(_ context.Context, rev, svc, addr string, port int, tags ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reg[f.StandInID(rev)] = consulroute.StandIn{ID: f.StandInID(rev), Revision: rev, Replica: f.replica}
+	f.tags[rev] = tags
+	return nil
+}
+
+func (f *fakeStandIns) DeregisterStandIn(ctx context.Context, rev string) error {
+	return f.RemoveStandIn(ctx, f.StandInID(rev))
+}
+
+func (f *fakeStandIns) RemoveStandIn(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.reg, id)
+	f.removed = append(f.removed, id)
+	return nil
+}
+
+func (f *fakeStandIns) LocalStandIns(context.Context) ([]consulroute.StandIn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Collect(maps.Values(f.reg)), nil
+}
+
+func (f *fakeStandIns) Replicas(context.Context) (map[string]bool, error) { return f.replicas, nil }
+
+func (f *fakeStandIns) ids() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.reg))
+}
+
+// runKeeper runs keepStandIns until the test ends, then checks it removed
+// what it registered.
+func runKeeper(t *testing.T, f *fakeStandIns, cat *catalog.Catalog, tags *revisionTags, listed chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { keepStandIns(ctx, f, cat, tags, "127.0.0.1", 8080, listed, quietLog); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		for _, id := range f.ids() {
+			if s := f.reg[id]; s.Replica == f.replica {
+				t.Errorf("stand-in %s left registered after shutdown", id)
+			}
+		}
+	})
+}
+
+func TestStandInsExistOnlyWhileARevisionHasNoReadyInstance(t *testing.T) {
+	f := newFakeStandIns("me")
+	cat := catalog.New()
+	listed := make(chan struct{})
+	close(listed)
+	runKeeper(t, f, cat, newRevisionTags(), listed)
+	cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello", Desired: 1})
+	waitFor(t, "a stand-in", func() bool { return slices.Equal(f.ids(), []string{"hello-00001-activator-me"}) })
+	cat.SetReady("hello-00001", []consulroute.Instance{{ID: "i1", Revision: "hello-00001"}})
+	waitFor(t, "the stand-in to go", func() bool { return len(f.ids()) == 0 })
+	// Scaled to zero: the stand-in comes while the instance still passes.
+	cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello", Desired: 0})
+	waitFor(t, "the stand-in to come back before the last instance leaves", func() bool { return len(f.ids()) == 1 })
+	cat.SetReady("hello-00001", nil)
+	cat.DeleteRevision("hello-00001")
+	waitFor(t, "the stand-in to go with the revision", func() bool { return len(f.ids()) == 0 })
+}
+
+// A stand-in carries the revision's own tags (from its Nomad job), so a
+// proxy configured by instance tags (Traefik) routes to it as to an
+// instance; and it goes when Nomad says the revision went, whether by a
+// stopped job or by a purge, which Nomad reports only as an evaluation.
+func TestStandInsCarryTheRevisionsTagsAndGoWithIt(t *testing.T) {
+	f := newFakeStandIns("me")
+	cat := catalog.New()
+	tags := newRevisionTags()
+	listed := make(chan struct{})
+	close(listed)
+	runKeeper(t, f, cat, tags, listed)
+	want := []string{"serverless", "service=whoami", "traefik.enable=true", "traefik.http.routers.whoami.rule=Host(`whoami.example.com`)"}
+	applyNomadEvent(cat, tags, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered,
+		Revision: nomadjob.RevisionInfo{Name: "whoami-00001", Service: "whoami", ServiceTags: want}})
+	waitFor(t, "a stand-in with the revision's tags", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Equal(f.tags["whoami-00001"], want)
+	})
+	// What nomadjob makes of Nomad's JobDeregistered evaluation.
+	applyNomadEvent(cat, tags, nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "whoami-00001", Service: "whoami", Stopped: true}})
+	waitFor(t, "the stand-in to go with the revision", func() bool { return len(f.ids()) == 0 })
+	if got := tags.get("whoami-00001"); got != nil {
+		t.Errorf("tags of a deregistered revision kept: %v", got)
+	}
+}
+
+// A replica that starts takes back its own stand-ins from an earlier run
+// and removes those of replicas that no longer exist, but only once
+// Nomad's first listing is in: before it, every stand-in looks unwanted.
+func TestStandInKeeperCleansUpAfterEarlierReplicas(t *testing.T) {
+	f := newFakeStandIns("me")
+	f.replicas["live"] = true
+	for _, s := range []consulroute.StandIn{
+		{ID: "kept-00001-activator-me", Revision: "kept-00001", Replica: "me"},
+		{ID: "gone-00001-activator-me", Revision: "gone-00001", Replica: "me"},
+		{ID: "gone-00001-activator-dead", Revision: "gone-00001", Replica: "dead"},
+		{ID: "kept-00001-activator-live", Revision: "kept-00001", Replica: "live"},
+	} {
+		f.reg[s.ID] = s
+	}
+	cat := catalog.New()
+	listed := make(chan struct{})
+	runKeeper(t, f, cat, newRevisionTags(), listed)
+	cat.SetRevision(catalog.Revision{Name: "other-00001", Service: "other", Desired: 1})
+	cat.SetReady("other-00001", []consulroute.Instance{{ID: "o1"}})
+	// Nothing moves before the listing.
+	for range 20 {
+		if len(f.ids()) != 4 {
+			t.Fatalf("the keeper changed stand-ins before Nomad's first listing: %v", f.ids())
+		}
+		cat.SetRevision(catalog.Revision{Name: "other-00001", Service: "other", Desired: 1})
+	}
+	cat.SetRevision(catalog.Revision{Name: "kept-00001", Service: "kept", Desired: 0})
+	close(listed)
+	want := []string{"kept-00001-activator-live", "kept-00001-activator-me"}
+	waitFor(t, "the orphans gone and the wanted one kept", func() bool { return slices.Equal(f.ids(), want) })
+	f.mu.Lock()
+	removed := slices.Clone(f.removed)
+	f.mu.Unlock()
+	if slices.Contains(removed, "kept-00001-activator-me") {
+		t.Errorf("the keeper removed a stand-in it still wants (it should adopt it): removed %v", removed)
+	}
+}
