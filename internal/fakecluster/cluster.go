@@ -25,6 +25,13 @@ type Options struct {
 	// HeartbeatInterval is how often an idle event stream gets a "{}"
 	// heartbeat; default 10s, as Nomad.
 	HeartbeatInterval time.Duration
+	// ClientSyncInterval is how often an allocation's runner reports its
+	// changes to the fake server, in one batch: a Nomad client sends its
+	// allocations' updates every 200 ms (allocSyncIntv), so the servers'
+	// view (and the event stream) trails what runs, and Consul may list an
+	// instance passing while Nomad still says pending. Default 200ms;
+	// below 0 every change is reported at once.
+	ClientSyncInterval time.Duration
 	// DataDir holds the allocation directories (task directories and
 	// logs); default a new temporary directory removed on Close.
 	DataDir string
@@ -51,6 +58,9 @@ type Cluster struct {
 func New(opts Options) (*Cluster, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ClientSyncInterval == 0 {
+		opts.ClientSyncInterval = 200 * time.Millisecond
 	}
 	c := &Cluster{}
 	if opts.DataDir == "" {

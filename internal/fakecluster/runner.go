@@ -37,6 +37,11 @@ type allocRunner struct {
 	dir      string
 	stopCh   chan struct{}
 	stopOnce sync.Once
+
+	// pending are the changes not yet reported to the server (see
+	// Options.ClientSyncInterval); syncMu guards it.
+	syncMu  sync.Mutex
+	pending []func(a *alloc)
 }
 
 func newAllocRunner(n *Nomad, a *alloc) *allocRunner {
@@ -56,7 +61,7 @@ func (r *allocRunner) stop() { r.stopOnce.Do(func() { close(r.stopCh) }) }
 
 // setTask changes one task's state and publishes the allocation.
 func (r *allocRunner) setTask(task string, f func(ts *api.TaskState)) {
-	r.n.updateAlloc(r.id, func(a *alloc) {
+	r.report(func(a *alloc) {
 		ts := a.TaskStates[task]
 		if ts == nil {
 			ts = &api.TaskState{State: "pending"}
@@ -84,7 +89,7 @@ func (r *allocRunner) event(task string, e *api.TaskEvent, f func(ts *api.TaskSt
 // failAll marks every task dead and failed with the same event (the
 // allocation cannot start at all).
 func (r *allocRunner) failAll(e func() *api.TaskEvent) {
-	r.n.updateAlloc(r.id, func(a *alloc) {
+	r.report(func(a *alloc) {
 		for _, t := range r.tg.Tasks {
 			ev := e()
 			a.TaskStates[t.Name] = &api.TaskState{State: "dead", Failed: true, FinishedAt: time.Now(), Events: []*api.TaskEvent{ev}}
@@ -92,7 +97,65 @@ func (r *allocRunner) failAll(e func() *api.TaskEvent) {
 	})
 }
 
+// report queues a change of the allocation for the next sync with the
+// server, or applies it at once when syncing is off.
+func (r *allocRunner) report(f func(a *alloc)) {
+	if r.n.opts.ClientSyncInterval < 0 {
+		r.n.updateAlloc(r.id, f)
+		return
+	}
+	r.syncMu.Lock()
+	r.pending = append(r.pending, f)
+	r.syncMu.Unlock()
+}
+
+// sync reports every queued change in one update, as a Nomad client's
+// batched allocation update does.
+func (r *allocRunner) sync() {
+	r.syncMu.Lock()
+	fs := r.pending
+	r.pending = nil
+	r.syncMu.Unlock()
+	if len(fs) == 0 {
+		return
+	}
+	r.n.updateAlloc(r.id, func(a *alloc) {
+		for _, f := range fs {
+			f(a)
+		}
+	})
+}
+
+// run runs the allocation's tasks to their end, reporting their changes
+// every ClientSyncInterval and once more at the end.
 func (r *allocRunner) run() {
+	every := r.n.opts.ClientSyncInterval
+	if every <= 0 {
+		r.runTasks()
+		r.sync()
+		return
+	}
+	done, synced := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(synced)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				r.sync()
+			}
+		}
+	}()
+	r.runTasks()
+	close(done)
+	<-synced // one batch at a time, in order
+	r.sync()
+}
+
+func (r *allocRunner) runTasks() {
 	var sidecars, mains []*api.Task
 	for _, t := range r.tg.Tasks {
 		switch lc := t.Lifecycle; {
@@ -137,7 +200,7 @@ func (r *allocRunner) run() {
 			return
 		}
 	}
-	r.n.updateAlloc(r.id, func(a *alloc) {
+	r.report(func(a *alloc) {
 		for _, t := range r.tg.Tasks {
 			a.TaskStates[t.Name] = &api.TaskState{State: "pending", Events: []*api.TaskEvent{
 				newTaskEvent(api.TaskReceived, "", nil),
@@ -240,7 +303,7 @@ func (r *allocRunner) finishUnstarted(mains []*api.Task, started bool) {
 	if started {
 		return
 	}
-	r.n.updateAlloc(r.id, func(a *alloc) {
+	r.report(func(a *alloc) {
 		for _, t := range mains {
 			if ts := a.TaskStates[t.Name]; ts != nil && ts.State == "pending" {
 				ts.State, ts.FinishedAt = "dead", time.Now()

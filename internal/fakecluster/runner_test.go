@@ -125,12 +125,19 @@ func TestRevisionRunsScalesAndStops(t *testing.T) {
 		inst = in[0]
 		return true, ""
 	})
-	allocs, err := nc.Allocations(ctx, "hello-00001")
-	if err != nil || len(allocs) != 1 {
-		t.Fatalf("allocations %+v, %v", allocs, err)
-	}
-	a := allocs[0]
-	if !a.Running || a.HTTPPort != inst.Port || a.Address != "127.0.0.1" || a.AdminPort == 0 || a.AdminPort != inst.AdminPort {
+	// Consul may list the instance passing before Nomad's client has
+	// reported it running (it syncs allocations every 200 ms), as with
+	// real agents: wait for what Nomad says.
+	var a nomadjob.Allocation
+	eventually(t, 5*time.Second, "Nomad reports the allocation running", func() (bool, string) {
+		allocs, err := nc.Allocations(ctx, "hello-00001")
+		if err != nil || len(allocs) != 1 {
+			return false, fmt.Sprintf("allocations %+v, %v", allocs, err)
+		}
+		a = allocs[0]
+		return a.Running, fmt.Sprintf("%+v", a)
+	})
+	if a.HTTPPort != inst.Port || a.Address != "127.0.0.1" || a.AdminPort == 0 || a.AdminPort != inst.AdminPort {
 		t.Fatalf("allocation %+v does not match the Consul instance %+v", a, inst)
 	}
 	if !strings.HasPrefix(inst.ID, "_nomad-task-"+a.ID+"-group-app-hello-00001-http") {
