@@ -222,6 +222,18 @@ func (c *Catalog) Allocations(revision string) []Allocation {
 	return out
 }
 
+// Allocation returns one allocation by ID.
+func (c *Catalog) Allocation(id string) (Allocation, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rev, ok := c.allocRev[id]
+	if !ok {
+		return Allocation{}, false
+	}
+	a, ok := c.allocs[rev][id]
+	return a, ok
+}
+
 // Ready returns the passing instances of a revision.
 func (c *Catalog) Ready(revision string) []consulroute.Instance {
 	c.mu.Lock()

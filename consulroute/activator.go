@@ -95,6 +95,11 @@ func (c *Client) RegisterActivator(ctx context.Context, reg ActivatorRegistratio
 			Interval:                       reg.CheckInterval.String(),
 			Timeout:                        reg.CheckTimeout.String(),
 			DeregisterCriticalServiceAfter: reg.DeregisterAfter.String(),
+			// Passing from the start: serve registers once its listeners
+			// are open, and the stand-ins' alias checks mirror this one,
+			// so a check that started critical would take every stand-in
+			// out of catalog-driven proxies until its first probe.
+			Status: api.HealthPassing,
 		},
 	}
 	if reg.Domain != "" {
@@ -211,8 +216,9 @@ func (c *Client) StandInID(revision string) string {
 // instance pointing at this activator (addr:port), tagged activator:
 // Knative's SKS proxy mode for catalog-driven proxies (Traefik, Fabio, Consul
 // DNS) that do not read config entries. Call it while the revision has no
-// ready instance; everything of ours that counts instances skips it. Its TCP
-// check on the activator removes it if this replica dies.
+// ready instance; everything of ours that counts instances skips it. Its
+// check is an alias of this replica's activator registration (register that
+// first), so it fails, and Consul reaps it, if this replica dies.
 //
 // tags are the revision's own service tags (its instances'), which the
 // stand-in carries too: such proxies are configured by the tags of each
@@ -250,15 +256,18 @@ func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, 
 			MetaReplica:              c.replica,
 		},
 		Check: &api.AgentServiceCheck{
-			Name:     "activator reachable",
-			TCP:      net.JoinHostPort(addr, strconv.Itoa(port)),
-			Interval: "5s",
-			Timeout:  "2s",
+			Name: "activator reachable",
+			// An alias of this replica's activator registration (same
+			// agent): the stand-in is as healthy as the gateway it
+			// points at, and Consul probes nothing for it. A TCP check
+			// per stand-in would have the agent probe the gateway once
+			// per revision at zero every interval.
+			AliasService: c.activatorID(""),
 			// Passing from the start: the replica registering it is
 			// serving, and a check that starts critical (Consul's
 			// default) keeps the stand-in out of Fabio's and Traefik's
-			// tables until the first probe, 5 s later; the route would
-			// be gone for that long after the last real instance left.
+			// tables until it is first evaluated; the route would be
+			// gone for that long after the last real instance left.
 			Status:                         api.HealthPassing,
 			DeregisterCriticalServiceAfter: "1m",
 		},

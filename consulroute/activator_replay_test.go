@@ -32,7 +32,7 @@ func TestRegisterActivatorWritesDefaultsThenRegistersWithCheck(t *testing.T) {
 		"Meta": map[string]string{"admin-port": "9091", "replica": "r1"},
 		"Check": map[string]any{
 			"Name": "activator healthz", "HTTP": "http://127.0.0.1:9091/healthz",
-			"Interval": "2s", "Timeout": "1s", "DeregisterCriticalServiceAfter": "1m0s",
+			"Interval": "2s", "Timeout": "1s", "Status": "passing", "DeregisterCriticalServiceAfter": "1m0s",
 		},
 	})
 }
@@ -98,7 +98,7 @@ func TestStandInRegistersTaggedActivatorAndDeregisters(t *testing.T) {
 		"Tags": []string{"serverless", "service=hello", "activator"},
 		"Port": 8080, "Address": "127.0.0.1",
 		"Meta":  map[string]string{"service": "hello", "revision": "hello-00001", "replica": "r1"},
-		"Check": map[string]any{"Name": "activator reachable", "TCP": "127.0.0.1:8080", "Interval": "5s", "Timeout": "2s", "Status": "passing", "DeregisterCriticalServiceAfter": "1m"},
+		"Check": map[string]any{"Name": "activator reachable", "AliasService": "nomad-serverless-activator-r1", "Status": "passing", "DeregisterCriticalServiceAfter": "1m"},
 	})
 	assertSent(t, got[1], deregister)
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,7 +30,7 @@ func TestLive(t *testing.T) {
 	}
 	t.Run("PublishChainIdempotentDelete", livePublishChainIdempotentDelete)
 	t.Run("ConsulRefusalIsExplained", liveConsulRefusalIsExplained)
-	t.Run("WatchReadyIgnoresStandIn", liveWatchReadyIgnoresStandIn)
+	t.Run("WatchReadyIgnoresStandIn", liveWatchPassingIgnoresStandIn)
 	t.Run("LockTakeover", liveLockTakeover)
 }
 
@@ -164,7 +165,7 @@ func liveConsulRefusalIsExplained(t *testing.T) {
 	}
 }
 
-func liveWatchReadyIgnoresStandIn(t *testing.T) {
+func liveWatchPassingIgnoresStandIn(t *testing.T) {
 	c := liveClient(t, WithReplica("live"))
 	ctx, cancel := context.WithCancel(ctxTimeout(t, 60*time.Second))
 	defer cancel()
@@ -182,20 +183,18 @@ func liveWatchReadyIgnoresStandIn(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.DeregisterStandIn(context.Background(), rev) })
 
-	seen := make(chan []Instance, 8)
-	go c.WatchReady(ctx, rev, func(in []Instance) { seen <- in })
+	seen := make(chan Passing, 8)
+	go c.WatchPassing(ctx, func(p Passing) { seen <- p })
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
-		case in := <-seen:
-			// The stand-in's TCP check passes (something listens there or
-			// not); either way it must never be listed.
-			for _, i := range in {
-				if i.ID == c.StandInID(rev) {
-					t.Fatalf("stand-in listed: %+v", in)
-				}
+		case p := <-seen:
+			// The stand-in passes (alias of nothing, or of this replica);
+			// either way it must never be listed.
+			if slices.Contains(p[rev], c.StandInID(rev)) {
+				t.Fatalf("stand-in listed: %+v", p[rev])
 			}
-			if len(in) == 1 && in[0].ID == inst.ID && in[0].AdminPort == 20002 {
+			if slices.Equal(p[rev], []string{inst.ID}) {
 				return
 			}
 		case <-deadline:

@@ -28,11 +28,16 @@ func TestStandInCarriesTheRevisionsTags(t *testing.T) {
 	}
 	defer gateway.Close()
 	port := gateway.Addr().(*net.TCPAddr).Port
+	if err := cl.RegisterActivator(ctx, consulroute.ActivatorRegistration{Address: "127.0.0.1", Port: port, AdminPort: port}); err != nil {
+		t.Fatal(err)
+	}
 	if err := cl.RegisterStandIn(ctx, "whoami-00001", "whoami", "127.0.0.1", port,
 		spec.TagServerless, "service=whoami", "traefik.enable=true"); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{spec.TagServerless, spec.TagServicePrefix + "whoami", spec.TagActivator, "traefik.enable=true"}
+	// Passing at once, before any probe: its alias check mirrors the
+	// activator registration, itself passing from its registration on.
 	if inst := c.Consul.Services("whoami-00001"); len(inst) != 1 || !slices.Equal(inst[0].Tags, want) || inst[0].Port != port {
 		t.Fatalf("stand-in %+v, want tags %v on port %d", inst, want, port)
 	}

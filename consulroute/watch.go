@@ -3,7 +3,6 @@ package consulroute
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"slices"
 	"sort"
@@ -81,36 +80,101 @@ func (c *Client) WatchRecords(ctx context.Context, fn func([]Record)) error {
 	return nil
 }
 
-// WatchReady follows a revision's passing instances
-// (/v1/health/service/<revision>?passing=1) with blocking queries and calls
-// fn with them, sorted by ID, at start and whenever they change. Instances
-// tagged activator (the activator's stand-ins) are left out. fn is called
-// from one goroutine. It returns nil when ctx ends.
-func (c *Client) WatchReady(ctx context.Context, revision string, fn func([]Instance)) error {
-	if _, _, ok := spec.ParseRevisionName(revision); !ok {
-		return fmt.Errorf("watch ready instances: %q is not a revision name", revision)
-	}
+// Passing is every revision's passing instances by revision name, as
+// Consul service IDs, sorted: one answer of WatchPassing.
+type Passing map[string][]string
+
+// passingFilter selects, server-side, the checks WatchPassing needs: those
+// of services we registered (tag serverless) and the nodes' own checks
+// (serfHealth, maintenance), which fail every instance on a node.
+const passingFilter = `"` + spec.TagServerless + `" in ServiceTags or ServiceID == ""`
+
+// WatchPassing follows which instances of every revision pass their checks
+// with one blocking query (/v1/health/state/any, filtered to our services
+// and the nodes' checks), however many revisions there are: one query per
+// revision would hold one Consul connection each, and a few hundred
+// revisions exhaust Consul's limit per client address
+// (limits.http_max_conns_per_client, 200). An instance passes when every
+// check of its own and of its node passes, as ?passing does for
+// /v1/health/service. Activator stand-ins and services that are not
+// revisions are left out. fn is called from one goroutine at start and
+// whenever the set changes. It returns nil when ctx ends.
+//
+// The checks carry no addresses: a caller joins the service IDs with what
+// Nomad says of their allocations (Nomad names a group service
+// _nomad-task-<alloc ID>-...), which also keeps an instance Nomad calls
+// lost out of traffic while its orphaned task still passes in Consul.
+func (c *Client) WatchPassing(ctx context.Context, fn func(Passing)) error {
 	if fn == nil {
-		return errors.New("watch ready instances: fn is nil")
+		return errors.New("watch passing instances: fn is nil")
 	}
-	var last, latest []Instance
+	var last, latest Passing
 	first := true
-	c.watch(ctx, "ready "+revision, func(q *api.QueryOptions) (uint64, error) {
-		entries, meta, err := c.api.Health().Service(revision, "", true, q)
+	c.watch(ctx, "passing instances", func(q *api.QueryOptions) (uint64, error) {
+		q.Filter = passingFilter
+		checks, meta, err := c.api.Health().State(api.HealthAny, q)
 		if err != nil {
-			return 0, c.wrap("read ready instances of "+revision, err)
+			return 0, c.wrap("read the checks of every revision", err)
 		}
-		latest = instancesFrom(revision, entries)
+		latest = passingFrom(checks)
 		return meta.LastIndex, nil
 	}, func() {
-		if !first && slices.Equal(last, latest) {
+		if !first && reflect.DeepEqual(last, latest) {
 			return
 		}
 		first = false
 		last = latest
-		fn(slices.Clone(latest))
+		fn(latest)
 	})
 	return nil
+}
+
+// passingFrom folds a health state answer into each revision's passing
+// instances.
+func passingFrom(checks api.HealthChecks) Passing {
+	nodeOK := map[string]bool{}
+	type key struct{ node, id string }
+	type inst struct {
+		revision string
+		ok       bool
+	}
+	insts := map[key]*inst{}
+	for _, chk := range checks {
+		if chk == nil {
+			continue
+		}
+		if chk.ServiceID == "" {
+			ok, seen := nodeOK[chk.Node]
+			nodeOK[chk.Node] = (ok || !seen) && chk.Status == api.HealthPassing
+			continue
+		}
+		if slices.Contains(chk.ServiceTags, spec.TagActivator) {
+			continue
+		}
+		if _, _, isRev := spec.ParseRevisionName(chk.ServiceName); !isRev {
+			continue
+		}
+		k := key{chk.Node, chk.ServiceID}
+		in := insts[k]
+		if in == nil {
+			in = &inst{revision: chk.ServiceName, ok: true}
+			insts[k] = in
+		}
+		in.ok = in.ok && chk.Status == api.HealthPassing
+	}
+	out := Passing{}
+	for k, in := range insts {
+		// A node without a check of its own in the answer is taken as
+		// passing (Consul's ?passing reads it the same way).
+		if ok, seen := nodeOK[k.node]; !in.ok || (seen && !ok) {
+			continue
+		}
+		out[in.revision] = append(out[in.revision], k.id)
+	}
+	for _, ids := range out {
+		sort.Strings(ids)
+	}
+	return out
 }
 
 // ReadyInstances reads a revision's passing instances once (activator

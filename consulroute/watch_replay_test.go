@@ -2,9 +2,9 @@ package consulroute
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -57,44 +57,48 @@ func waitHeld(t *testing.T, held <-chan struct{}) {
 	}
 }
 
-func TestWatchReadyCallsOnceWhileIndexUnchanged(t *testing.T) {
-	first := fx(t, "017-health-service-passing.json")
-	timeout := fx(t, "018-health-service-blocking-timeout.json")
-	c, replay, held := blockingReplay(t, "29", first, timeout)
-
+// One query follows every revision (fixtures 059, 060 from Consul 1.16.1):
+// an instance passes when its checks and its node's pass; stand-ins, the
+// activator and other services are left out; a node in maintenance fails
+// all its instances; an unchanged index calls fn no more.
+func TestWatchPassingFollowsEveryRevisionInOneQuery(t *testing.T) {
+	c, replay, held := blockingReplay(t, "25",
+		fx(t, "059-health-state-any-filtered.json"),
+		fx(t, "060-health-state-any-node-maintenance.json"))
 	ctx, cancel := context.WithCancel(ctxTimeout(t, 20*time.Second))
-	var calls [][]Instance
+	defer cancel()
 	var mu sync.Mutex
+	var calls []Passing
 	done := make(chan error, 1)
 	go func() {
-		done <- c.WatchReady(ctx, "hello-00001", func(in []Instance) {
+		done <- c.WatchPassing(ctx, func(p Passing) {
 			mu.Lock()
 			defer mu.Unlock()
-			calls = append(calls, in)
+			calls = append(calls, p)
 		})
 	}()
-	waitHeld(t, held) // 017 answered, 018 timed out with index 29, now blocked again
+	waitHeld(t, held)
 	cancel()
 	if err := <-done; err != nil {
-		t.Fatalf("WatchReady returned %v after ctx ended", err)
+		t.Fatalf("WatchPassing returned %v after ctx ended", err)
 	}
-
 	mu.Lock()
 	defer mu.Unlock()
-	want := []Instance{
-		{ID: "_nomad-task-060fbdaa-db98-48ce-5f15-9a685488cff6-group-app-hello-00001-http", Revision: "hello-00001", Address: "127.0.0.1", Port: 21508},
-		{ID: "_nomad-task-7aeda235-fa62-ed5b-8c3e-46186a5d398b-group-app-hello-00001-http", Revision: "hello-00001", Address: "127.0.0.1", Port: 24721},
+	want := []Passing{
+		{
+			"hello-00001": {"_nomad-task-7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11-group-app-hello-00001-http"},
+			"hello-00002": {"_nomad-task-9c1d2e3f-aaaa-bbbb-cccc-111122223333-group-app-hello-00002-http"},
+		},
+		{},
 	}
-	if len(calls) != 1 || !reflect.DeepEqual(calls[0], want) {
-		t.Fatalf("fn calls %+v, want exactly one with %+v", calls, want)
+	if !reflect.DeepEqual(calls, want) {
+		t.Errorf("fn got %+v\nwant %+v", calls, want)
 	}
-	got := replay.Received()
-	if len(got) != 2 {
-		t.Fatalf("sent %d queries, want 2 answered", len(got))
+	for _, r := range replay.Received() {
+		if f := r.Query.Get("filter"); f != `"serverless" in ServiceTags or ServiceID == ""` {
+			t.Errorf("query filter = %q", f)
+		}
 	}
-	first.Request.Query.Set("wait", "1s")
-	assertSent(t, got[0], first)
-	assertSent(t, got[1], timeout) // index=29&wait=1s&passing=1
 }
 
 // healthEntry builds one /v1/health/service entry like fixture 017's.
@@ -103,42 +107,6 @@ func healthEntry(id, revision string, port int, tags []string, meta map[string]s
 		"Node":    map[string]any{"Node": "vm", "Address": "127.0.0.1"},
 		"Service": map[string]any{"ID": id, "Service": revision, "Tags": tags, "Address": "", "Port": port, "Meta": meta},
 		"Checks":  []any{},
-	}
-}
-
-func TestWatchReadyLeavesOutActivatorStandInsAndDedupes(t *testing.T) {
-	first := fx(t, "017-health-service-passing.json")
-	// Index moved (a check's output changed) but the instances did not.
-	var sameBody any
-	if err := json.Unmarshal(first.Response.Body, &sameBody); err != nil {
-		t.Fatal(err)
-	}
-	same := synthetic("same instances, new index", "GET", "/v1/health/service/hello-00001", map[string]string{"passing": "1", "index": "29"}, 200, "30", sameBody)
-	// Scaled to zero: only the activator's stand-in remains, plus a new
-	// instance with an admin port.
-	standIn := healthEntry("hello-00001-activator-r1", "hello-00001", 8080, []string{"serverless", "service=hello", spec.TagActivator}, nil)
-	fresh := healthEntry("alloc-new", "hello-00001", 23000, []string{"serverless", "service=hello"}, map[string]string{"admin-port": "23001"})
-	changed := synthetic("stand-in and a new instance", "GET", "/v1/health/service/hello-00001", map[string]string{"passing": "1", "index": "30"}, 200, "31", []any{standIn, fresh})
-	c, _, held := blockingReplay(t, "31", first, same, changed)
-
-	ctx, cancel := context.WithCancel(ctxTimeout(t, 20*time.Second))
-	defer cancel()
-	var mu sync.Mutex
-	var calls [][]Instance
-	go c.WatchReady(ctx, "hello-00001", func(in []Instance) {
-		mu.Lock()
-		defer mu.Unlock()
-		calls = append(calls, in)
-	})
-	waitHeld(t, held)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(calls) != 2 {
-		t.Fatalf("fn called %d times, want 2 (start, then the change; not for the same instances at a new index)", len(calls))
-	}
-	want := []Instance{{ID: "alloc-new", Revision: "hello-00001", Address: "127.0.0.1", Port: 23000, AdminPort: 23001}}
-	if !reflect.DeepEqual(calls[1], want) {
-		t.Errorf("after the change fn got %+v, want %+v (stand-in left out, node address used, admin port from meta)", calls[1], want)
 	}
 }
 
@@ -216,11 +184,8 @@ func TestWatchRetriesAfterErrorsWithBackoff(t *testing.T) {
 func TestWatchArgumentsValidated(t *testing.T) {
 	c := testClient(t, "127.0.0.1:1")
 	ctx := ctxTimeout(t, time.Second)
-	if err := c.WatchReady(ctx, "hello", func([]Instance) {}); err == nil {
-		t.Error("WatchReady accepted a service name as a revision")
-	}
-	if err := c.WatchReady(ctx, "hello-00001", nil); err == nil {
-		t.Error("WatchReady accepted a nil fn")
+	if err := c.WatchPassing(ctx, nil); err == nil {
+		t.Error("WatchPassing accepted a nil fn")
 	}
 	if err := c.WatchRecords(ctx, nil); err == nil {
 		t.Error("WatchRecords accepted a nil fn")
@@ -228,20 +193,21 @@ func TestWatchArgumentsValidated(t *testing.T) {
 }
 
 func TestWatchResetsIndexThatWentBackwards(t *testing.T) {
-	first := fx(t, "017-health-service-passing.json") // index 29
-	back := synthetic("index went backwards (snapshot restore)", "GET", "/v1/health/service/hello-00001",
-		map[string]string{"passing": "1", "index": "29"}, 200, "5", []any{})
-	fresh := synthetic("re-read without an index", "GET", "/v1/health/service/hello-00001",
-		map[string]string{"passing": "1"}, 200, "6", []any{})
+	first := fx(t, "059-health-state-any-filtered.json") // index 23
+	filter := url.Values(first.Request.Query).Get("filter")
+	back := synthetic("index went backwards (snapshot restore)", "GET", "/v1/health/state/any",
+		map[string]string{"filter": filter, "index": "23"}, 200, "5", []any{})
+	fresh := synthetic("re-read without an index", "GET", "/v1/health/state/any",
+		map[string]string{"filter": filter}, 200, "6", []any{})
 	c, replay, held := blockingReplay(t, "6", first, back, fresh)
 	ctx, cancel := context.WithCancel(ctxTimeout(t, 20*time.Second))
 	defer cancel()
 	var mu sync.Mutex
-	var calls [][]Instance
-	go c.WatchReady(ctx, "hello-00001", func(in []Instance) {
+	var calls []Passing
+	go c.WatchPassing(ctx, func(p Passing) {
 		mu.Lock()
 		defer mu.Unlock()
-		calls = append(calls, in)
+		calls = append(calls, p)
 	})
 	waitHeld(t, held)
 	got := replay.Received()
@@ -250,8 +216,8 @@ func TestWatchResetsIndexThatWentBackwards(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(calls) != 2 || len(calls[1]) != 0 {
-		t.Errorf("calls %+v, want the 2 instances then none", calls)
+	if len(calls) != 2 || len(calls[0]) != 2 || len(calls[1]) != 0 {
+		t.Errorf("calls %+v, want two revisions' instances, then none", calls)
 	}
 }
 

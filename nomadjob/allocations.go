@@ -265,3 +265,18 @@ func firstOf(vals ...string) string {
 	}
 	return ""
 }
+
+// serviceIDPrefix starts the Consul service ID Nomad gives a group
+// service: _nomad-task-<allocation ID>-group-<group>-<service>-<port label>.
+const serviceIDPrefix = "_nomad-task-"
+
+// ServiceAllocID is the allocation a Consul service ID that Nomad
+// registered belongs to; false for an ID Nomad did not make.
+func ServiceAllocID(serviceID string) (string, bool) {
+	rest, ok := strings.CutPrefix(serviceID, serviceIDPrefix)
+	// An allocation ID is a UUID: 36 characters, then the "-group-" part.
+	if !ok || len(rest) < 37 || rest[36] != '-' || strings.Count(rest[:36], "-") != 4 {
+		return "", false
+	}
+	return rest[:36], true
+}

@@ -104,3 +104,18 @@ func TestAllocPortsFallbacks(t *testing.T) {
 		t.Errorf("nothing: %s %d %d", addr, h, a)
 	}
 }
+
+func TestServiceAllocID(t *testing.T) {
+	for id, want := range map[string]string{
+		"_nomad-task-7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11-group-app-hello-00001-http": "7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11",
+		"_nomad-task-7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11":                             "",
+		"hello-00001-activator-r1":                                                     "",
+		"_nomad-task-short-group-app-x-http":                                           "",
+		"_nomad-task-7aeda2351b1e8b5c0b3a6d0c4d4e3f1100000-group-app-hello-00001-http": "",
+	} {
+		got, ok := ServiceAllocID(id)
+		if got != want || ok != (want != "") {
+			t.Errorf("ServiceAllocID(%q) = %q, %v; want %q", id, got, ok, want)
+		}
+	}
+}

@@ -139,8 +139,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return feedNomad(ctx, nomad, cat, tags, func() { close(listed) }, log)
 	})
 	goRun("follow Consul records", func(ctx context.Context) error { return feedRecords(ctx, consul, cat, log) })
-	watchers := &readyWatchers{src: consul, cat: cat, log: log}
-	goRun("follow ready instances", func(ctx context.Context) error { watchers.run(ctx); return nil })
+	goRun("follow ready instances", func(ctx context.Context) error { return feedReady(ctx, consul, cat, log) })
 	goRun("gateway", gw.Run)
 	goRun("autoscaler link", sink.Run)
 	goRun("leader election", func(ctx context.Context) error {
@@ -148,8 +147,19 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return autoscaler.RunWhenLeader(ctx, lock, auto.Run, log)
 	})
 	goRun("leader lookup", func(ctx context.Context) error { leader.follow(ctx, consul, log); return nil })
+	// Stand-ins start once Nomad's revisions are listed (before that every
+	// stand-in looks unwanted) and this replica's activator is registered
+	// (their alias checks mirror it).
+	registered := make(chan struct{})
 	goRun("activator stand-ins", func(ctx context.Context) error {
-		keepStandIns(ctx, consul, cat, tags, advertise, gwPort, listed, log)
+		for _, ch := range []chan struct{}{listed, registered} {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ch:
+			}
+		}
+		keepStandIns(ctx, consul, cat, tags, advertise, gwPort, log)
 		return nil
 	})
 
@@ -164,6 +174,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		wg.Wait()
 		return fmt.Errorf("register in Consul as %s: %w", spec.ActivatorServiceName, err)
 	}
+	close(registered)
 	log.Info("serving", "gateway", gwLn.Addr().String(), "admin", adminLn.Addr().String(), "advertise", advertise, "domain", o.domain)
 
 	<-ctx.Done()

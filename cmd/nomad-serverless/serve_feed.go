@@ -177,7 +177,7 @@ func allocTerminal(clientStatus string) bool {
 // consulSource is what the Consul feeders need (consulroute.Client).
 type consulSource interface {
 	WatchRecords(ctx context.Context, fn func([]consulroute.Record)) error
-	WatchReady(ctx context.Context, revision string, fn func([]consulroute.Instance)) error
+	WatchPassing(ctx context.Context, fn func(consulroute.Passing)) error
 }
 
 // feedRecords keeps the catalog's services (routes and domains) equal to the
@@ -202,66 +202,65 @@ func feedRecords(ctx context.Context, src consulSource, cat *catalog.Catalog, lo
 	})
 }
 
-// readyWatchers runs one Consul blocking query per revision in the catalog,
-// started when a revision appears and stopped when it goes.
-type readyWatchers struct {
-	src consulSource
-	cat *catalog.Catalog
-	log *slog.Logger
-
-	mu      sync.Mutex
-	running map[string]context.CancelFunc
-	wg      sync.WaitGroup
-}
-
-func (w *readyWatchers) run(ctx context.Context) {
-	w.running = map[string]context.CancelFunc{}
-	defer func() {
-		w.mu.Lock()
-		for _, cancel := range w.running {
-			cancel()
-		}
-		w.mu.Unlock()
-		w.wg.Wait()
+// feedReady keeps every revision's ready instances in the catalog with one
+// Consul watch for all of them (consulroute.WatchPassing), however many
+// revisions there are. An instance is ready when Consul says it passes and
+// Nomad has its allocation (not yet terminal: complete, failed or lost), at
+// the address and ports Nomad gave it. The join is what keeps an instance
+// of a lost node, whose orphaned task still passes in Consul, out of
+// traffic and out of the autoscaler's capacity. It recomputes on either
+// side's change and returns when ctx ends.
+func feedReady(ctx context.Context, src consulSource, cat *catalog.Catalog, log *slog.Logger) error {
+	// latest holds the newest answer only: the join needs no history.
+	latest := make(chan consulroute.Passing, 1)
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- src.WatchPassing(ctx, func(p consulroute.Passing) {
+			select {
+			case <-latest:
+			default:
+			}
+			latest <- p
+		})
 	}()
+	var passing consulroute.Passing
 	for {
-		changed := w.cat.Changed()
-		w.sync(ctx)
+		changed := cat.Changed()
+		if passing != nil {
+			joinReady(cat, passing)
+		}
 		select {
 		case <-ctx.Done():
-			return
+			<-watchDone
+			return nil
+		case err := <-watchDone:
+			if err != nil {
+				log.Warn("watch passing instances", "err", err)
+			}
+			return err
+		case passing = <-latest:
 		case <-changed:
 		}
 	}
 }
 
-func (w *readyWatchers) sync(ctx context.Context) {
-	want := map[string]bool{}
-	for _, r := range w.cat.Revisions() {
-		want[r.Name] = true
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for rev, cancel := range w.running {
-		if !want[rev] {
-			cancel()
-			delete(w.running, rev)
-		}
-	}
-	for rev := range want {
-		if _, ok := w.running[rev]; ok {
-			continue
-		}
-		rctx, cancel := context.WithCancel(ctx)
-		w.running[rev] = cancel
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			err := w.src.WatchReady(rctx, rev, func(in []consulroute.Instance) { w.cat.SetReady(rev, in) })
-			if err != nil && rctx.Err() == nil {
-				w.log.Warn("watch ready instances", "revision", rev, "err", err)
+// joinReady sets each revision's ready instances: its passing service IDs
+// whose allocation the catalog has. It is pure apart from the catalog.
+func joinReady(cat *catalog.Catalog, passing consulroute.Passing) {
+	for _, r := range cat.Revisions() {
+		var ready []consulroute.Instance
+		for _, id := range passing[r.Name] {
+			allocID, ok := nomadjob.ServiceAllocID(id)
+			if !ok {
+				continue
 			}
-		}()
+			a, ok := cat.Allocation(allocID)
+			if !ok || a.Revision != r.Name {
+				continue
+			}
+			ready = append(ready, consulroute.Instance{ID: id, Revision: r.Name, Address: a.Address, Port: a.Port, AdminPort: a.AdminPort})
+		}
+		cat.SetReady(r.Name, ready)
 	}
 }
 

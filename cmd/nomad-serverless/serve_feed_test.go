@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,10 +120,10 @@ func TestApplyNomadEventDeletesTerminalAllocationsAndDeregisteredRevisions(t *te
 }
 
 type fakeConsulSource struct {
-	mu       sync.Mutex
-	records  chan []consulroute.Record
-	watching map[string]bool
-	ready    map[string][]consulroute.Instance
+	records chan []consulroute.Record
+	passing chan consulroute.Passing
+	// watches counts WatchPassing calls: one, however many revisions.
+	watches atomic.Int32
 }
 
 func (f *fakeConsulSource) WatchRecords(ctx context.Context, fn func([]consulroute.Record)) error {
@@ -135,23 +137,16 @@ func (f *fakeConsulSource) WatchRecords(ctx context.Context, fn func([]consulrou
 	}
 }
 
-func (f *fakeConsulSource) WatchReady(ctx context.Context, rev string, fn func([]consulroute.Instance)) error {
-	f.mu.Lock()
-	f.watching[rev] = true
-	in := f.ready[rev]
-	f.mu.Unlock()
-	fn(in)
-	<-ctx.Done()
-	f.mu.Lock()
-	delete(f.watching, rev)
-	f.mu.Unlock()
-	return nil
-}
-
-func (f *fakeConsulSource) isWatching(rev string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.watching[rev]
+func (f *fakeConsulSource) WatchPassing(ctx context.Context, fn func(consulroute.Passing)) error {
+	f.watches.Add(1)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case p := <-f.passing:
+			fn(p)
+		}
+	}
 }
 
 func TestFeedRecordsAddsAndRemovesServices(t *testing.T) {
@@ -172,29 +167,61 @@ func TestFeedRecordsAddsAndRemovesServices(t *testing.T) {
 	waitFor(t, "the service to go", func() bool { return len(cat.Services()) == 0 })
 }
 
-func TestReadyWatchersFollowTheCatalogsRevisions(t *testing.T) {
-	src := &fakeConsulSource{watching: map[string]bool{}, ready: map[string][]consulroute.Instance{
-		"hello-00001": {{ID: "i1", Revision: "hello-00001", Address: "127.0.0.1", Port: 1}},
-	}}
+// One watch feeds every revision's ready instances: Consul's passing
+// service IDs joined with Nomad's allocations. An instance whose
+// allocation Nomad no longer has (lost, complete) is not ready however
+// Consul lists it, and one Nomad has not told us of yet waits for it.
+func TestFeedReadyJoinsConsulsPassingWithNomadsAllocations(t *testing.T) {
+	const (
+		a1 = "7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11"
+		a2 = "060fbdaa-51c1-3d2e-9f5a-2b1c0e9a7d22"
+		b1 = "9c1d2e3f-aaaa-bbbb-cccc-111122223333"
+	)
+	sid := func(alloc, rev string) string { return "_nomad-task-" + alloc + "-group-app-" + rev + "-http" }
+	src := &fakeConsulSource{passing: make(chan consulroute.Passing)}
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &readyWatchers{src: src, cat: cat, log: quietLog}
-	done := make(chan struct{})
-	go func() { w.run(ctx); close(done) }()
-	cat.SetRevision(catalog.Revision{Name: "hello-00001"})
-	waitFor(t, "ready instances", func() bool { return len(cat.Ready("hello-00001")) == 1 })
-	cat.DeleteRevision("hello-00001")
-	waitFor(t, "the watcher to stop", func() bool { return !src.isWatching("hello-00001") })
-	cat.SetRevision(catalog.Revision{Name: "hello-00002"})
-	waitFor(t, "a watcher for hello-00002", func() bool { return src.isWatching("hello-00002") })
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("watchers did not stop")
+	done := make(chan error, 1)
+	go func() { done <- feedReady(ctx, src, cat, quietLog) }()
+	for _, r := range []string{"hello-00001", "hello-00002"} {
+		cat.SetRevision(catalog.Revision{Name: r, Service: "hello", Desired: 1})
 	}
-	if src.isWatching("hello-00002") {
-		t.Fatal("a watcher outlived its context")
+	cat.SetAllocation(catalog.Allocation{ID: a1, Revision: "hello-00001", Address: "127.0.0.2", Port: 2000, AdminPort: 2001, Running: true})
+	cat.SetAllocation(catalog.Allocation{ID: a2, Revision: "hello-00001", Address: "127.0.0.3", Port: 3000, AdminPort: 3001, Running: true})
+	src.passing <- consulroute.Passing{
+		"hello-00001": {sid(a1, "hello-00001"), sid(a2, "hello-00001")},
+		"hello-00002": {sid(b1, "hello-00002"), "not-from-nomad"},
+		"other-00001": {sid(b1, "other-00001")},
+	}
+	want := []consulroute.Instance{
+		{ID: sid(a1, "hello-00001"), Revision: "hello-00001", Address: "127.0.0.2", Port: 2000, AdminPort: 2001},
+		{ID: sid(a2, "hello-00001"), Revision: "hello-00001", Address: "127.0.0.3", Port: 3000, AdminPort: 3001},
+	}
+	waitFor(t, "both instances of hello-00001 ready at Nomad's addresses", func() bool {
+		return slices.Equal(cat.Ready("hello-00001"), want)
+	})
+	if r := cat.Ready("hello-00002"); len(r) != 0 {
+		t.Errorf("hello-00002 ready %+v before Nomad told of its allocation", r)
+	}
+	// Nomad tells of b1: ready without a new answer from Consul.
+	cat.SetAllocation(catalog.Allocation{ID: b1, Revision: "hello-00002", Address: "127.0.0.2", Port: 4000, Running: true})
+	waitFor(t, "hello-00002 ready once Nomad has its allocation", func() bool { return len(cat.Ready("hello-00002")) == 1 })
+	// Nomad marks a2 lost (the catalog forgets terminal allocations)
+	// while Consul still lists its orphaned task passing.
+	cat.DeleteAllocation(a2)
+	waitFor(t, "the lost instance out of hello-00001's ready set", func() bool {
+		return slices.Equal(cat.Ready("hello-00001"), want[:1])
+	})
+	src.passing <- consulroute.Passing{}
+	waitFor(t, "nothing ready once Consul says so", func() bool {
+		return len(cat.Ready("hello-00001")) == 0 && len(cat.Ready("hello-00002")) == 0
+	})
+	if n := src.watches.Load(); n != 1 {
+		t.Errorf("%d Consul watches for two revisions, want 1", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("feedReady returned %v after its context ended", err)
 	}
 }
 

@@ -65,17 +65,13 @@ const standInSweepEvery = time.Minute
 // revision's own tags so catalog-driven proxies (Traefik, Fabio, Consul
 // DNS) treat it as they treat an instance and send its first request here,
 // and removes the stand-in once real instances pass or the revision is
-// gone. It starts once Nomad's first listing is in the catalog (listed is
-// closed): before that an empty catalog would say every stand-in is
-// unwanted. Then, and every standInSweepEvery, it removes stand-ins on its
+// gone. Call it once Nomad's first listing is in the catalog (before that
+// an empty catalog would say every stand-in is unwanted) and this
+// replica's activator is registered. At once, and every standInSweepEvery,
+// it removes stand-ins on its
 // agent left by replicas that no longer exist and adopts its own from an
 // earlier run. On the way out it removes every stand-in it registered.
-func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, tags *revisionTags, addr string, port int, listed <-chan struct{}, log *slog.Logger) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-listed:
-	}
+func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, tags *revisionTags, addr string, port int, log *slog.Logger) {
 	registered := map[string]bool{}
 	defer func() {
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

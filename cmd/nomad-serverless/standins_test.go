@@ -101,10 +101,10 @@ func (f *fakeStandIns) ids() []string {
 
 // runKeeper runs keepStandIns until the test ends, then checks it removed
 // what it registered.
-func runKeeper(t *testing.T, f *fakeStandIns, cat *catalog.Catalog, tags *revisionTags, listed chan struct{}) {
+func runKeeper(t *testing.T, f *fakeStandIns, cat *catalog.Catalog, tags *revisionTags) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { keepStandIns(ctx, f, cat, tags, "127.0.0.1", 8080, listed, quietLog); close(done) }()
+	go func() { keepStandIns(ctx, f, cat, tags, "127.0.0.1", 8080, quietLog); close(done) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -119,9 +119,7 @@ func runKeeper(t *testing.T, f *fakeStandIns, cat *catalog.Catalog, tags *revisi
 func TestStandInsExistOnlyWhileARevisionHasNoReadyInstance(t *testing.T) {
 	f := newFakeStandIns("me")
 	cat := catalog.New()
-	listed := make(chan struct{})
-	close(listed)
-	runKeeper(t, f, cat, newRevisionTags(), listed)
+	runKeeper(t, f, cat, newRevisionTags())
 	cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello", Desired: 1})
 	waitFor(t, "a stand-in", func() bool { return slices.Equal(f.ids(), []string{"hello-00001-activator-me"}) })
 	cat.SetReady("hello-00001", []consulroute.Instance{{ID: "i1", Revision: "hello-00001"}})
@@ -142,9 +140,7 @@ func TestStandInsCarryTheRevisionsTagsAndGoWithIt(t *testing.T) {
 	f := newFakeStandIns("me")
 	cat := catalog.New()
 	tags := newRevisionTags()
-	listed := make(chan struct{})
-	close(listed)
-	runKeeper(t, f, cat, tags, listed)
+	runKeeper(t, f, cat, tags)
 	want := []string{"serverless", "service=whoami", "traefik.enable=true", "traefik.http.routers.whoami.rule=Host(`whoami.example.com`)"}
 	applyNomadEvent(cat, tags, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered,
 		Revision: nomadjob.RevisionInfo{Name: "whoami-00001", Service: "whoami", ServiceTags: want}})
@@ -162,8 +158,7 @@ func TestStandInsCarryTheRevisionsTagsAndGoWithIt(t *testing.T) {
 }
 
 // A replica that starts takes back its own stand-ins from an earlier run
-// and removes those of replicas that no longer exist, but only once
-// Nomad's first listing is in: before it, every stand-in looks unwanted.
+// and removes those of replicas that no longer exist.
 func TestStandInKeeperCleansUpAfterEarlierReplicas(t *testing.T) {
 	f := newFakeStandIns("me")
 	f.replicas["live"] = true
@@ -176,19 +171,8 @@ func TestStandInKeeperCleansUpAfterEarlierReplicas(t *testing.T) {
 		f.reg[s.ID] = s
 	}
 	cat := catalog.New()
-	listed := make(chan struct{})
-	runKeeper(t, f, cat, newRevisionTags(), listed)
-	cat.SetRevision(catalog.Revision{Name: "other-00001", Service: "other", Desired: 1})
-	cat.SetReady("other-00001", []consulroute.Instance{{ID: "o1"}})
-	// Nothing moves before the listing.
-	for range 20 {
-		if len(f.ids()) != 4 {
-			t.Fatalf("the keeper changed stand-ins before Nomad's first listing: %v", f.ids())
-		}
-		cat.SetRevision(catalog.Revision{Name: "other-00001", Service: "other", Desired: 1})
-	}
 	cat.SetRevision(catalog.Revision{Name: "kept-00001", Service: "kept", Desired: 0})
-	close(listed)
+	runKeeper(t, f, cat, newRevisionTags())
 	want := []string{"kept-00001-activator-live", "kept-00001-activator-me"}
 	waitFor(t, "the orphans gone and the wanted one kept", func() bool { return slices.Equal(f.ids(), want) })
 	f.mu.Lock()

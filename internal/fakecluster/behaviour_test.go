@@ -317,7 +317,7 @@ func TestLockHandoverWithTheRealLock(t *testing.T) {
 	}
 }
 
-// A check's status change wakes blocking queries: WatchReady sees the
+// A check's status change wakes blocking queries: WatchPassing sees the
 // instance come and go as the target's answer changes.
 func TestBlockingQueriesFollowCheckStatus(t *testing.T) {
 	c := fakecluster.Start(t, fakecluster.Options{CheckInterval: 50 * time.Millisecond})
@@ -332,7 +332,7 @@ func TestBlockingQueriesFollowCheckStatus(t *testing.T) {
 	}))
 	defer target.Close()
 	if err := c.Consul.Register(&consulapi.AgentServiceRegistration{
-		ID: "w1", Name: "watch-00001", Address: "127.0.0.1", Port: 1234,
+		ID: "w1", Name: "watch-00001", Address: "127.0.0.1", Port: 1234, Tags: []string{spec.TagServerless},
 		Check: &consulapi.AgentServiceCheck{HTTP: target.URL, Interval: "1s", Header: map[string][]string{spec.ProbeHeader: {spec.ProbeHeaderValue}}},
 	}, true); err != nil {
 		t.Fatal(err)
@@ -342,9 +342,9 @@ func TestBlockingQueriesFollowCheckStatus(t *testing.T) {
 	var mu sync.Mutex
 	var history []int
 	go func() {
-		_ = cc.WatchReady(ctx, "watch-00001", func(in []consulroute.Instance) {
+		_ = cc.WatchPassing(ctx, func(p consulroute.Passing) {
 			mu.Lock()
-			history = append(history, len(in))
+			history = append(history, len(p["watch-00001"]))
 			mu.Unlock()
 		})
 	}()

@@ -154,6 +154,7 @@ func (c *Consul) handler() http.Handler {
 	mux.HandleFunc("GET /v1/agent/services", c.agentServices)
 	mux.HandleFunc("GET /v1/health/service/{name}", c.healthService)
 	mux.HandleFunc("GET /v1/health/checks/{service}", c.healthChecks)
+	mux.HandleFunc("GET /v1/health/state/{state}", c.healthState)
 	mux.HandleFunc("GET /v1/catalog/service/{name}", c.catalogService)
 	mux.HandleFunc("GET /v1/kv/{key...}", c.kvGet)
 	mux.HandleFunc("PUT /v1/kv/{key...}", c.kvPut)

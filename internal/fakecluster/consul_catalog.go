@@ -15,6 +15,7 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-bexpr"
 )
 
 type consulService struct {
@@ -46,6 +47,7 @@ type consulCheck struct {
 	method          string
 	header          map[string][]string
 	tcp             string
+	alias           string // AliasService: the service whose health it mirrors
 	deregisterAfter time.Duration
 	criticalSince   time.Time
 	cancel          context.CancelFunc
@@ -89,9 +91,15 @@ func (c *Consul) Services(name string) []ServiceInstance {
 }
 
 func (c *Consul) aggregateLocked(serviceID string) string {
+	return c.aggregateOfLocked(serviceID, "")
+}
+
+// aggregateOfLocked is the worst status of a service's checks, leaving out
+// the check skip (an alias check does not mirror itself).
+func (c *Consul) aggregateOfLocked(serviceID, skip string) string {
 	status := consulapi.HealthPassing
 	for _, chk := range c.checks {
-		if chk.ServiceID != serviceID {
+		if chk.ServiceID != serviceID || chk.CheckID == skip {
 			continue
 		}
 		switch chk.Status {
@@ -199,9 +207,42 @@ func (c *Consul) Register(reg *consulapi.AgentServiceRegistration, replaceChecks
 	}
 	c.nameIndex[reg.Name] = idx
 	c.serviceIndex = idx
+	c.refreshAliasesLocked()
 	c.mu.Unlock()
 	c.changed.notify()
 	return nil
+}
+
+// refreshAliasesLocked sets every alias check to the health of the service
+// it mirrors, as Consul's agent does on each change of that service: the
+// worst status of its checks (passing when it has none), critical when no
+// such service is registered. A change is a write, like a check result.
+func (c *Consul) refreshAliasesLocked() {
+	for _, chk := range c.checks {
+		if chk.alias == "" {
+			continue
+		}
+		status, output := consulapi.HealthCritical, fmt.Sprintf("Service %s could not be found on node %s", chk.alias, consulNodeName)
+		if _, ok := c.services[chk.alias]; ok {
+			status, output = c.aggregateOfLocked(chk.alias, chk.CheckID), "All checks passing."
+			if status != consulapi.HealthPassing {
+				output = "Aliased service is not passing"
+			}
+		}
+		chk.Output = output
+		if chk.Status == status {
+			continue
+		}
+		idx := c.nextIndex()
+		chk.Status, chk.ModifyIndex = status, idx
+		c.nameIndex[chk.ServiceName] = idx
+		c.serviceIndex = idx
+		if status == consulapi.HealthCritical {
+			chk.criticalSince = time.Now()
+		} else {
+			chk.criticalSince = time.Time{}
+		}
+	}
 }
 
 // checkFromDefinition validates one check as the agent does and gives it
@@ -248,7 +289,7 @@ func (c *Consul) checkFromDefinition(serviceID, serviceName string, d *consulapi
 	case len(d.Args) > 0:
 		chk.Type = "script"
 	case d.AliasService != "":
-		chk.Type = "alias"
+		chk.Type, chk.alias = "alias", d.AliasService
 	default:
 		return nil, badRequest("Invalid check: TTL must be > 0 for TTL checks")
 	}
@@ -297,6 +338,9 @@ func (c *Consul) serviceDeregister(w http.ResponseWriter, r *http.Request) {
 func (c *Consul) Deregister(id string) bool {
 	c.mu.Lock()
 	ok := c.deregisterLocked(id)
+	if ok {
+		c.refreshAliasesLocked()
+	}
 	c.mu.Unlock()
 	if ok {
 		c.changed.notify()
@@ -396,6 +440,9 @@ func (c *Consul) setCheckStatus(chk *consulCheck, status, output string) {
 		c.log.Debug("deregistering a service critical for too long", "service", cur.ServiceID, "after", cur.deregisterAfter)
 		c.deregisterLocked(cur.ServiceID)
 		changed = true
+	}
+	if changed {
+		c.refreshAliasesLocked()
 	}
 	c.mu.Unlock()
 	if changed {
@@ -573,6 +620,63 @@ func (c *Consul) healthService(w http.ResponseWriter, r *http.Request) {
 		return out, c.indexOfLocked(name)
 	})
 	writeJSON(w, readHeaders(idx), entries)
+}
+
+// healthState is GET /v1/health/state/<state>: every check in that state
+// (any: all), the node's serfHealth included, filtered as Consul filters
+// it (go-bexpr over the check's fields: the same library and selectors as
+// Consul 1.16), blocking on the checks' index.
+func (c *Consul) healthState(w http.ResponseWriter, r *http.Request) {
+	state := r.PathValue("state")
+	switch state {
+	case "any", consulapi.HealthPassing, consulapi.HealthWarning, consulapi.HealthCritical:
+	default:
+		writeText(w, readHeaders(0), http.StatusBadRequest, "Bad state "+state)
+		return
+	}
+	var eval *bexpr.Evaluator
+	if f := r.URL.Query().Get("filter"); f != "" {
+		var err error
+		if eval, err = bexpr.CreateEvaluator(f); err != nil {
+			writeText(w, readHeaders(0), http.StatusBadRequest, "Failed to create boolean expression evaluator: "+err.Error())
+			return
+		}
+	}
+	var ferr error
+	checks, idx := block(r, &c.changed, c.quit, func() ([]checkWire, uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		all := []checkWire{serfCheck()}
+		for _, s := range c.services {
+			all = append(all, c.checksOfLocked(s)...)
+		}
+		out := []checkWire{}
+		for _, chk := range all {
+			if state != "any" && chk.Status != state {
+				continue
+			}
+			if eval != nil {
+				ok, err := eval.Evaluate(consulapi.HealthCheck{Node: chk.Node, CheckID: chk.CheckID, Name: chk.Name,
+					Status: chk.Status, Notes: chk.Notes, Output: chk.Output, ServiceID: chk.ServiceID,
+					ServiceName: chk.ServiceName, ServiceTags: chk.ServiceTags, Type: chk.Type})
+				if err != nil {
+					ferr = err
+					return nil, c.serviceIndex
+				}
+				if !ok {
+					continue
+				}
+			}
+			out = append(out, chk)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].CheckID < out[j].CheckID })
+		return out, c.serviceIndex
+	})
+	if ferr != nil {
+		writeText(w, readHeaders(idx), http.StatusInternalServerError, ferr.Error())
+		return
+	}
+	writeJSON(w, readHeaders(idx), checks)
 }
 
 // checksOfLocked is the checks of one service instance, by check ID.

@@ -498,3 +498,64 @@ func TestConsulAnswersLikeTheRecording(t *testing.T) {
 		t.Errorf("lock still held by %q after release", h)
 	}
 }
+
+// The one query serve follows every revision's health with (fixtures 059
+// and 060, Consul 1.16.1): the same services registered in the fake give
+// the same checks, with the filter applied as Consul applies it, and a
+// stand-in's alias check mirrors the activator it points at.
+func TestConsulHealthStateLikeTheRecording(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{})
+	base := c.Consul.Addr()
+	put := func(body string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, base+"/v1/agent/service/register", strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("register %s: %v %v", body, resp, err)
+		}
+		resp.Body.Close()
+	}
+	// What was registered in the real agent before fixture 059.
+	for _, b := range []string{
+		`{"ID":"_nomad-task-7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11-group-app-hello-00001-http","Name":"hello-00001","Tags":["serverless","service=hello"],"Port":24721,"Address":"127.0.0.1","Meta":{"admin-port":"30598","revision":"hello-00001","service":"hello"},"Check":{"CheckID":"_nomad-check-a1","Name":"ready","TTL":"600s","Status":"passing"}}`,
+		`{"ID":"_nomad-task-060fbdaa-51c1-3d2e-9f5a-2b1c0e9a7d22-group-app-hello-00001-http","Name":"hello-00001","Tags":["serverless","service=hello"],"Port":21508,"Address":"127.0.0.1","Meta":{"admin-port":"24496","revision":"hello-00001","service":"hello"},"Check":{"CheckID":"_nomad-check-a2","Name":"ready","TTL":"600s"}}`,
+		`{"ID":"_nomad-task-9c1d2e3f-aaaa-bbbb-cccc-111122223333-group-app-hello-00002-http","Name":"hello-00002","Tags":["serverless","service=hello"],"Port":25000,"Address":"127.0.0.1","Meta":{"admin-port":"25001","revision":"hello-00002","service":"hello"},"Check":{"CheckID":"_nomad-check-a3","Name":"ready","TTL":"600s","Status":"passing"}}`,
+		`{"ID":"nomad-serverless-activator-r1","Name":"nomad-serverless-activator","Tags":["serverless"],"Port":8080,"Address":"127.0.0.1","Meta":{"replica":"r1","admin-port":"8081"},"Check":{"TTL":"600s","Status":"passing"}}`,
+		`{"ID":"hello-00003-activator-r1","Name":"hello-00003","Tags":["serverless","service=hello","activator"],"Port":8080,"Address":"127.0.0.1","Meta":{"replica":"r1","revision":"hello-00003","service":"hello"},"Check":{"Name":"activator reachable","AliasService":"nomad-serverless-activator-r1","Status":"passing"}}`,
+		`{"ID":"redis","Name":"redis","Tags":["cache"],"Port":6379,"Check":{"TTL":"600s","Status":"passing"}}`,
+	} {
+		put(b)
+	}
+	type row struct{ CheckID, ServiceID, ServiceName, Status, Type string }
+	rows := func(body []byte) []row {
+		var checks []row
+		if err := json.Unmarshal(body, &checks); err != nil {
+			t.Fatalf("decode %s: %v", body, err)
+		}
+		sort.Slice(checks, func(i, j int) bool { return checks[i].CheckID < checks[j].CheckID })
+		return checks
+	}
+	ex := fixtures.Load(t, "consul-1.16/059-health-state-any-filtered.json")
+	got := send(t, base, ex)
+	shapeCheck{allowMissing: []string{"[].Definition.", "[].ExposedPort", "[].PeerName", "[].Partition", "[].Namespace"}}.check(t, ex, got)
+	if g, w := rows(got.body), rows(ex.Response.BodyBytes()); !reflect.DeepEqual(g, w) {
+		t.Errorf("checks differ from the recording:\n got %+v\nwant %+v", g, w)
+	}
+
+	// The aliased activator fails: so does the stand-in.
+	req, _ := http.NewRequest(http.MethodPut, base+"/v1/agent/check/fail/service:nomad-serverless-activator-r1", nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	c.Consul.Deregister("nomad-serverless-activator-r1")
+	for _, chk := range rows(send(t, base, ex).body) {
+		if chk.ServiceID == "hello-00003-activator-r1" && chk.Status != "critical" {
+			t.Errorf("the stand-in's alias check is %s with its activator gone, want critical", chk.Status)
+		}
+	}
+	bad := ex
+	bad.Request.Query = fixtures.Query{"filter": {"ServiceTags contains"}}
+	if r := send(t, base, bad); r.status != http.StatusBadRequest {
+		t.Errorf("a malformed filter answered %d, want 400", r.status)
+	}
+}
