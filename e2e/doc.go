@@ -20,6 +20,18 @@
 //
 // Run: make e2e   (or: go test -count=1 -v -timeout 30m ./e2e/ -args -require)
 //
+// Nothing outlives the run: TestMain runs the tests in a child of a guard
+// process (devagents.Guarded) that, when a scenario panics, -timeout
+// expires or the binary is interrupted or killed, stops the agents
+// (SIGINT, then SIGKILL) and kills every process the suite started, Nomad's
+// executors and tasks included. Scenario 99 proves it on purpose:
+// -args -fail-on-purpose=fail|panic|hang|kill.
+//
+// Nomad's view lags: a client reports allocation status to the servers in
+// batches, so a scenario waits (eventually, bounded) for what Nomad
+// reports instead of reading it once, and never indexes a list it has not
+// waited to hold what it needs.
+//
 // The scenarios drive the binary the way a user does (deploy, traffic,
 // delete, serve, dev -deploy, install) and read its output where users read
 // it (deploy's ready and URL lines, serve's admin API), then check what

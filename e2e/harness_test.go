@@ -332,8 +332,11 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() (bool
 func revision(service string, gen int) string { return fmt.Sprintf("%s-%05d", service, gen) }
 
 // groupCount is the job's app group count in Nomad.
-func (h *harness) groupCount(job string) (int, error) {
-	j, _, err := h.nomad.Jobs().Info(job, nil)
+func (h *harness) groupCount(job string) (int, error) { return groupCountOf(h.nomad, job) }
+
+// groupCountOf is the job's app group count in the Nomad c talks to.
+func groupCountOf(c *nomad.Client, job string) (int, error) {
+	j, _, err := c.Jobs().Info(job, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -374,6 +377,36 @@ func (h *harness) liveAllocs(job string) []*nomad.AllocationListStub {
 		}
 	}
 	return out
+}
+
+// waitRunning waits until Nomad lists exactly n allocations of the job as
+// running (liveAllocs) and returns them, so a caller may index them. Never
+// read that list once: a Nomad client reports its allocations' status to
+// the servers in batches, and Consul can show an instance passing while
+// Nomad still lists its allocation pending.
+func (h *harness) waitRunning(job string, n int, timeout time.Duration) []*nomad.AllocationListStub {
+	h.t.Helper()
+	var live []*nomad.AllocationListStub
+	eventually(h.t, timeout, fmt.Sprintf("Nomad lists %d running allocations of %s", n, job), func() (bool, string) {
+		live = h.liveAllocs(job)
+		return len(live) == n, h.allocStates(job)
+	})
+	return live
+}
+
+// allocStates says what Nomad reports of each of the job's allocations
+// (desired/client status), for a wait's last word.
+func (h *harness) allocStates(job string) string {
+	h.t.Helper()
+	allocs, _, err := h.nomad.Jobs().Allocations(job, false, nil)
+	if err != nil {
+		return err.Error()
+	}
+	states := make([]string, 0, len(allocs))
+	for _, a := range allocs {
+		states = append(states, fmt.Sprintf("%.8s %s/%s", a.ID, a.DesiredStatus, a.ClientStatus))
+	}
+	return fmt.Sprintf("allocations of %s: %v", job, states)
 }
 
 // passing are the revision's instances Consul reports passing, without the
@@ -499,4 +532,15 @@ func getBody(client *http.Client, url string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, string(b), err
+}
+
+// deref is *p, or the zero value for a nil p (Nomad's API structs are
+// pointers all the way down; a scenario reports a missing field, it does
+// not panic on it).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

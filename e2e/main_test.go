@@ -36,14 +36,34 @@ type Suite struct {
 	// Agents is nil when the suite uses running agents.
 	Agents  *devagents.Agents
 	Timings *Timings
+	// Guard gets the processes to stop gracefully (SIGINT) should this
+	// binary end before TestMain stops them; nil when unguarded.
+	Guard *devagents.Guard
 }
 
+// TestMain runs the suite under a guard, first of all (before flags are
+// parsed): this binary starts itself again as its child, which runs the
+// tests, and waits. Whatever ends the child (a failing or panicking
+// scenario, -timeout, SIGINT, SIGTERM, even SIGKILL), the guard then stops
+// the agents the child started (SIGINT, then SIGKILL after a grace) and
+// kills every process still below it: Nomad's executors and tasks, serve,
+// CLI runs. On the normal path TestMain stops the agents itself, as below,
+// and the guard finds nothing. See internal/devagents/guard.go.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(runSuite(m))
+	os.Exit(devagents.Guarded(devagents.GuardOptions{Name: "e2e guard", Grace: guardStopGrace, Report: os.Stdout}, func(g *devagents.Guard) int {
+		flag.Parse()
+		return runSuite(m, g)
+	}))
 }
 
-func runSuite(m *testing.M) int {
+// guardStopGrace bounds the guard's wait for each agent after SIGINT. On
+// real agents Nomad takes about 15 s with an allocation running (the
+// group's 5 s shutdown_delay, then the sidecar's drain); Consul a few
+// milliseconds. Both fit in the minute `go test` allows after -timeout
+// before it kills the guard too (then the guard hurries: see guard.go).
+const guardStopGrace = 30 * time.Second
+
+func runSuite(m *testing.M, g *devagents.Guard) int {
 	plan := Decide(os.Getenv, exec.LookPath)
 	if *rehearse {
 		plan = Plan{Mode: Rehearse}
@@ -64,7 +84,7 @@ func runSuite(m *testing.M) int {
 		return code
 	}
 
-	s := &Suite{Plan: plan, Timings: &Timings{}}
+	s := &Suite{Plan: plan, Timings: &Timings{}, Guard: g}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var dir string
@@ -85,7 +105,7 @@ func runSuite(m *testing.M) int {
 		}
 		fmt.Printf("e2e: starting Consul (%s) and Nomad (%s) dev agents in %s\n", plan.ConsulBin, plan.NomadBin, dir)
 		start := time.Now()
-		s.Agents, err = devagents.Start(ctx, devAgentOptions(plan, dir, nil))
+		s.Agents, err = devagents.Start(ctx, s.agentOptions(dir, nil))
 		if err != nil {
 			fmt.Println("e2e: FAILED: start agents:", err)
 			fmt.Println("e2e: agent logs kept in", dir)
@@ -160,14 +180,15 @@ func runSuite(m *testing.M) int {
 // stops its allocations first.
 const agentStopGrace = 45 * time.Second
 
-// devAgentOptions are the suite's agents: DEBUG logs in dir, generous
-// bounds, ACLs when acl is set.
-func devAgentOptions(p Plan, dir string, acl *devagents.ACL) devagents.Options {
+// agentOptions are the suite's agents: DEBUG logs in dir, generous
+// bounds, ACLs when acl is set, registered with the guard.
+func (s *Suite) agentOptions(dir string, acl *devagents.ACL) devagents.Options {
 	return devagents.Options{
-		NomadBin: p.NomadBin, ConsulBin: p.ConsulBin, Dir: dir,
+		NomadBin: s.Plan.NomadBin, ConsulBin: s.Plan.ConsulBin, Dir: dir,
 		Config:       devagents.ConfigOptions{LogLevel: "DEBUG", ACL: acl},
 		ReadyTimeout: 2 * time.Minute,
 		StopGrace:    agentStopGrace,
+		Guard:        s.Guard,
 	}
 }
 

@@ -57,15 +57,15 @@ func TestE2E1DeployReadyRequest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Nomad has no job %s: %v", rev, err)
 	}
-	if *job.Type != "service" || job.Meta[spec.JobMetaService] != svc || job.Meta[spec.JobMetaRevision] != rev || job.Meta[spec.JobMetaGen] != "1" {
-		t.Errorf("job %s: type %s meta %v", rev, *job.Type, job.Meta)
+	if job.Type == nil || *job.Type != "service" || job.Meta[spec.JobMetaService] != svc || job.Meta[spec.JobMetaRevision] != rev || job.Meta[spec.JobMetaGen] != "1" {
+		t.Errorf("job %s: type %v meta %v", rev, deref(job.Type), job.Meta)
 	}
 	if n, _ := h.groupCount(rev); n != 1 {
 		t.Errorf("group count %d, want initial 1", n)
 	}
-	if live := h.liveAllocs(rev); len(live) != 1 {
-		t.Errorf("%d running allocations, want 1", len(live))
-	}
+	// deploy waited for Consul's passing check; Nomad may still list the
+	// allocation pending for a moment (its client reports in batches).
+	alloc := h.waitRunning(rev, 1, 30*time.Second)[0].ID
 	// Consul: one passing instance (the sidecar's check wraps /ready), the
 	// route, the KV copy.
 	pass := h.passing(rev)
@@ -87,7 +87,6 @@ func TestE2E1DeployReadyRequest(t *testing.T) {
 
 	// The gateway routes to the instance Nomad runs, and the autoscaler
 	// (this serve leads) counts it.
-	alloc := h.liveAllocs(rev)[0].ID
 	eventually(t, 10*time.Second, "the gateway routes "+rev+" to allocation "+alloc, func() (bool, string) {
 		v := g.gatewayView(t)[rev]
 		return len(v.Instances) == 1 && v.Instances[0].Alloc == alloc, fmt.Sprintf("%+v", v)

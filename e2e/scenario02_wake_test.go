@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -32,16 +33,17 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 	idleSince := time.Now()
 	took := h.waitZero(rev, 90*time.Second)
 	h.timing("deploy idle -> zero (window 6s, grace 2s)", took)
-	var toZero *nomad.ScalingEvent
-	for _, e := range h.scalingEvents(rev) {
-		if e.Count != nil && *e.Count == 0 && time.Unix(0, int64(e.Time)).After(idleSince) {
-			toZero = &e
-			break
+	var toZero nomad.ScalingEvent
+	eventually(t, 15*time.Second, "Nomad records a scaling event of "+rev+" to 0 with a reason", func() (bool, string) {
+		events := h.scalingEvents(rev)
+		for _, e := range events {
+			if e.Count != nil && *e.Count == 0 && time.Unix(0, int64(e.Time)).After(idleSince) && e.Message != "" {
+				toZero = e
+				return true, ""
+			}
 		}
-	}
-	if toZero == nil || toZero.Message == "" {
-		t.Fatalf("no scaling event to 0 with a reason since %s: %+v", idleSince, h.scalingEvents(rev))
-	}
+		return false, fmt.Sprintf("events since %s: %+v", idleSince.Format("15:04:05.000"), events)
+	})
 	t.Logf("scaled to zero: %q", toZero.Message)
 
 	// At zero, serve stands in for the revision in its Consul service
@@ -133,27 +135,42 @@ func (h *harness) wake(g *gateway, svc, rev string) ColdStart {
 		h.t.Fatalf("request at zero: %s", o.Describe())
 	}
 	cs := ColdStart{RequestIn: o.Start, FirstByte: o.FirstByte}
-	if ups := ScaleUpsFromZero(h.scalingEvents(rev), o.Start); len(ups) > 0 {
-		cs.ScaleCall = ups[0]
-	} else {
-		h.t.Errorf("Nomad recorded no scale-up from zero after the request: %+v", h.scalingEvents(rev))
-	}
+	// What Nomad reports of the wake (the scale call, the allocation and
+	// its task's start) may reach its servers after the answer did: wait
+	// for it.
+	eventually(h.t, 10*time.Second, "Nomad records a scale-up of "+rev+" from zero after the request", func() (bool, string) {
+		events := h.scalingEvents(rev)
+		if ups := ScaleUpsFromZero(events, o.Start); len(ups) > 0 {
+			cs.ScaleCall = ups[0]
+			return true, ""
+		}
+		return false, fmt.Sprintf("events %+v", events)
+	})
 	// The allocation created for this wake: the earliest created after
 	// the request.
-	allocs, _, err := h.nomad.Jobs().Allocations(rev, false, nil)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	allocs = slices.DeleteFunc(allocs, func(a *nomad.AllocationListStub) bool { return time.Unix(0, a.CreateTime).Before(o.Start) })
-	slices.SortFunc(allocs, func(a, b *nomad.AllocationListStub) int { return int(a.CreateTime - b.CreateTime) })
-	if len(allocs) == 0 {
-		h.t.Fatalf("no allocation of %s created after the request", rev)
-	}
-	a, _, err := h.nomad.Allocations().Info(allocs[0].ID, nil)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	cs.AllocRunning = TaskStarted(a, spec.UserTaskName)
+	var a *nomad.Allocation
+	eventually(h.t, 10*time.Second, "Nomad reports the "+spec.UserTaskName+" task of the allocation woken for "+rev+" started", func() (bool, string) {
+		allocs, _, err := h.nomad.Jobs().Allocations(rev, false, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		allocs = slices.DeleteFunc(allocs, func(a *nomad.AllocationListStub) bool { return time.Unix(0, a.CreateTime).Before(o.Start) })
+		if len(allocs) == 0 {
+			return false, "no allocation created after the request"
+		}
+		first := slices.MinFunc(allocs, func(a, b *nomad.AllocationListStub) int { return cmp.Compare(a.CreateTime, b.CreateTime) })
+		if a, _, err = h.nomad.Allocations().Info(first.ID, nil); err != nil {
+			return false, err.Error()
+		}
+		cs.AllocRunning = TaskStarted(a, spec.UserTaskName)
+		states := map[string]string{}
+		for name, ts := range a.TaskStates {
+			if ts != nil {
+				states[name] = ts.State
+			}
+		}
+		return !cs.AllocRunning.IsZero(), fmt.Sprintf("allocation %s: client status %s, task states %v", a.ID, a.ClientStatus, states)
+	})
 	if st := h.appStats(a.ID); st.FirstReadyUnixNano > 0 {
 		cs.FirstProbe = time.Unix(0, st.FirstReadyUnixNano)
 	}

@@ -54,9 +54,13 @@ func TestE2E3LoadStepScalesUpAndDown(t *testing.T) {
 	h.timing("load stop -> zero", h.waitZero(rev, 2*time.Minute))
 
 	// Nomad's record: a rise from a running count, a fall, and the last
-	// word 0, each with a reason.
-	var rose, fell bool
-	events := h.scalingEvents(rev)
+	// word 0, each with a reason (waited for, like all Nomad reports).
+	var events []nomad.ScalingEvent
+	eventually(t, 15*time.Second, "Nomad's scaling events of "+rev+" since the load: a rise from a running count, a fall after it stopped, the newest to 0", func() (bool, string) {
+		events = h.scalingEvents(rev)
+		rose, fell, newest := scalingRecord(events, loadStart, loadStop)
+		return rose && fell && newest == 0, fmt.Sprintf("rose from a running count %v, fell after the load stopped %v, newest count %d", rose, fell, newest)
+	})
 	for _, e := range events {
 		at := time.Unix(0, int64(e.Time))
 		if e.Error || e.Count == nil || at.Before(loadStart) {
@@ -65,24 +69,33 @@ func TestE2E3LoadStepScalesUpAndDown(t *testing.T) {
 		if e.Message == "" {
 			t.Errorf("scaling event without a reason: %+v", e)
 		}
+		t.Logf("scaling event %s: %d -> %d %q", at.Format("15:04:05.000"), e.PreviousCount, *e.Count, e.Message)
+	}
+}
+
+// scalingRecord reads successful scaling events: whether one since
+// loadStart rose from a running count, whether one after loadStop fell, and
+// the newest event's count (-1 without events).
+func scalingRecord(events []nomad.ScalingEvent, loadStart, loadStop time.Time) (rose, fell bool, newest int64) {
+	newest = -1
+	var newestTime uint64
+	for _, e := range events {
+		if e.Error || e.Count == nil {
+			continue
+		}
+		if newest == -1 || e.Time > newestTime {
+			newest, newestTime = *e.Count, e.Time
+		}
+		at := time.Unix(0, int64(e.Time))
+		if at.Before(loadStart) {
+			continue
+		}
 		switch c := *e.Count; {
 		case c > e.PreviousCount && e.PreviousCount >= 1:
 			rose = true
 		case c < e.PreviousCount && at.After(loadStop):
 			fell = true
 		}
-		t.Logf("scaling event %s: %d -> %d %q", at.Format("15:04:05.000"), e.PreviousCount, *e.Count, e.Message)
 	}
-	if !rose || !fell {
-		t.Errorf("scaling events since the load: rose from a running count %v, fell after it stopped %v", rose, fell)
-	}
-	var newest *nomad.ScalingEvent
-	for i, e := range events {
-		if !e.Error && (newest == nil || e.Time > newest.Time) {
-			newest = &events[i]
-		}
-	}
-	if newest == nil || newest.Count == nil || *newest.Count != 0 {
-		t.Errorf("the newest scaling event is not the one to 0: %+v", newest)
-	}
+	return rose, fell, newest
 }

@@ -105,7 +105,7 @@ func TestE2E4TrafficSplitUnderLoad(t *testing.T) {
 func (h *harness) chain(service string) ChainSummary {
 	h.t.Helper()
 	resp, _, err := h.consul.DiscoveryChain().Get(service, nil, nil)
-	if err != nil {
+	if err != nil || resp == nil {
 		h.t.Fatalf("discovery chain of %s: %v", service, err)
 	}
 	return SummarizeChain(resp.Chain)

@@ -31,7 +31,8 @@ func TestE2E6AllocStopUnderLoad(t *testing.T) {
 	defer load.Stop()
 	time.Sleep(3 * time.Second)
 
-	victim := h.liveAllocs(rev)[0]
+	// Consul's two passing instances may be ahead of Nomad's list.
+	victim := h.waitRunning(rev, 2, 30*time.Second)[0]
 	full, _, err := h.nomad.Allocations().Info(victim.ID, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -98,8 +98,11 @@ func TestE2E7RestartServeUnderLoad(t *testing.T) {
 		}
 		return routed > 0 && routed == len(live), fmt.Sprintf("%d routed, %d running", routed, len(live))
 	})
-	auto, err := g2.autoscalerView(svc)
-	if err != nil || auto[rev].Count < 1 {
-		t.Errorf("admin /v1/autoscaler/revisions after the restart: %v %+v", err, auto)
-	}
+	eventually(t, 15*time.Second, "the restarted autoscaler counts "+rev+"'s instances", func() (bool, string) {
+		auto, err := g2.autoscalerView(svc)
+		if err != nil {
+			return false, "admin /v1/autoscaler/revisions: " + err.Error()
+		}
+		return auto[rev].Count >= 1, fmt.Sprintf("admin /v1/autoscaler/revisions: %+v", auto)
+	})
 }

@@ -22,8 +22,8 @@ func TestE2E9DiscoveryChain(t *testing.T) {
 	rev1, rev2 := h.twoRevisions(svc, []Traffic{{Revision: rev1, Percent: 70, Tag: "stable"}, {Latest: true, Percent: 30, Tag: "canary"}})
 
 	resp, _, err := h.consul.DiscoveryChain().Get(svc, nil, nil)
-	if err != nil {
-		t.Fatalf("discovery chain of %s: %v", svc, err)
+	if err != nil || resp == nil || resp.Chain == nil {
+		t.Fatalf("discovery chain of %s: %v (answer %+v)", svc, err, resp)
 	}
 	if resp.Chain.Protocol != "http" {
 		t.Errorf("chain protocol %q, want http (service-defaults)", resp.Chain.Protocol)
@@ -60,8 +60,8 @@ func TestE2E9DiscoveryChain(t *testing.T) {
 	h.mustCLI("traffic", "-to", rev2+"=100", svc)
 	eventually(t, 10*time.Second, "chain follows traffic 100 to "+rev2, func() (bool, string) {
 		resp, _, err := h.consul.DiscoveryChain().Get(svc, nil, nil)
-		if err != nil {
-			return false, err.Error()
+		if err != nil || resp == nil {
+			return false, fmt.Sprint(err)
 		}
 		s := SummarizeChain(resp.Chain)
 		return len(s.Splits) == 1 && s.Splits[rev2] == 100, fmt.Sprint(s.Splits)

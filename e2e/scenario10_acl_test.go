@@ -41,7 +41,7 @@ func TestE2E10MinimalACLPolicies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	agents, err := devagents.Start(ctx, devAgentOptions(h.s.Plan, dir, acl))
+	agents, err := devagents.Start(ctx, h.s.agentOptions(dir, acl))
 	if err != nil {
 		t.Fatalf("start agents with ACLs: %v", err)
 	}
@@ -131,11 +131,11 @@ func TestE2E10MinimalACLPolicies(t *testing.T) {
 	// Scale to zero and wake: scale-job, read-job-scaling, the event stream
 	// and Consul health all work with the control-plane token.
 	eventually(t, 90*time.Second, rev+" at zero under ACLs", func() (bool, string) {
-		j, _, err := nm.Jobs().Info(rev, nil)
+		n, err := groupCountOf(nm, rev)
 		if err != nil {
 			return false, err.Error()
 		}
-		return *j.TaskGroups[0].Count == 0, fmt.Sprintf("count %d", *j.TaskGroups[0].Count)
+		return n == 0, fmt.Sprintf("count %d", n)
 	})
 	if o := g.request(svc, "", "/", client).Do(ctx); !o.OK() {
 		t.Fatalf("wake with the minimal tokens: %s\nserve:\n%s", o.Describe(), g.proc.Output())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
 	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // Scenario 11: what `make demo` runs when nomad and consul are on PATH:
@@ -41,6 +42,9 @@ func TestE2E11DevDeploy(t *testing.T) {
 	p := testbin.Start(t, h.bin, []string{"dev", "-deploy", filepath.Join(root, "examples", "raw-exec.hcl"),
 		"-consul-port", strconv.Itoa(ports.ConsulHTTP), "-nomad-port", strconv.Itoa(ports.NomadHTTP),
 		"-listen", listen, "-admin-listen", "127.0.0.1:" + strconv.Itoa(ports.ConsulServer)}, nil)
+	// dev stops its serve and agents in order on SIGINT: should this test
+	// binary end abruptly, the guard gives it that chance too.
+	h.s.Guard.StopFirst(p.PID(), "dev")
 
 	eventually(t, 5*time.Minute, "dev -deploy deploys, wakes and keeps running", func() (bool, string) {
 		select {
@@ -75,21 +79,22 @@ func TestE2E11DevDeploy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, err := nc.Jobs().ScaleStatus("testapp-00001", nil)
-	if err != nil {
-		t.Fatalf("dev's Nomad at %s: scale status of testapp-00001: %v", nomadAddr, err)
-	}
-	var toZero, fromZero bool
-	for _, e := range st.TaskGroups["app"].Events {
-		if e.Error || e.Count == nil {
-			continue
+	eventually(t, 15*time.Second, "dev's Nomad at "+nomadAddr+" records testapp-00001 scaled to zero and from zero", func() (bool, string) {
+		st, _, err := nc.Jobs().ScaleStatus("testapp-00001", nil)
+		if err != nil || st == nil {
+			return false, fmt.Sprintf("scale status of testapp-00001: %v", err)
 		}
-		toZero = toZero || *e.Count == 0
-		fromZero = fromZero || e.PreviousCount == 0 && *e.Count > 0
-	}
-	if !toZero || !fromZero {
-		t.Errorf("dev's Nomad recorded scale to zero %v and from zero %v: %+v", toZero, fromZero, st.TaskGroups["app"].Events)
-	}
+		var toZero, fromZero bool
+		events := st.TaskGroups[spec.GroupName].Events
+		for _, e := range events {
+			if e.Error || e.Count == nil {
+				continue
+			}
+			toZero = toZero || *e.Count == 0
+			fromZero = fromZero || e.PreviousCount == 0 && *e.Count > 0
+		}
+		return toZero && fromZero, fmt.Sprintf("to zero %v, from zero %v: %+v", toZero, fromZero, events)
+	})
 
 	// Ctrl-C stops everything dev started, in order, and it exits 0.
 	if err := p.Signal(os.Interrupt); err != nil {

@@ -31,6 +31,10 @@ type Options struct {
 	// Progress receives one line per step ("Starting Consul dev
 	// agent..."); nil says nothing.
 	Progress io.Writer
+	// Guard, when set, gets each agent right after it starts
+	// (Guard.StopFirst), so that it is stopped gracefully even if the
+	// caller ends without calling Stop.
+	Guard *Guard
 }
 
 // Agents is a running Consul dev agent and Nomad dev agent.
@@ -109,6 +113,7 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 	if a.Consul, err = StartProc(Command{Name: "consul", Path: o.ConsulBin, Args: []string{"agent", "-dev", "-config-file", consulCfg}, Env: env, LogPath: consulLog}); err != nil {
 		return a, err
 	}
+	o.Guard.StopFirst(a.Consul.Pid(), a.Consul.Name)
 	if err := WaitFor(ctx, a.Consul, "Consul at "+a.ConsulURL, o.ReadyTimeout, o.Poll, consul.leaderCheck); err != nil {
 		return a, err
 	}
@@ -118,6 +123,7 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 	if a.Nomad, err = StartProc(Command{Name: "nomad", Path: o.NomadBin, Args: []string{"agent", "-dev", "-config", nomadCfg}, Env: env, LogPath: nomadLog}); err != nil {
 		return a, err
 	}
+	o.Guard.StopFirst(a.Nomad.Pid(), a.Nomad.Name)
 	what := "Nomad at " + a.NomadAddr
 	if err := WaitFor(ctx, a.Nomad, what, o.ReadyTimeout, o.Poll, nomad.leaderCheck); err != nil {
 		return a, err

@@ -6,6 +6,11 @@
 // node with a healthy raw_exec driver, and an orderly stop (SIGINT, then
 // SIGKILL of the process group after a bound).
 //
+// Guarded (guard.go) covers the stops that never happen: a test binary (or
+// any program) run under it has a guard process that, however the program
+// ends, stops the agents it registered and kills every process left below
+// it, Nomad's executors and tasks included.
+//
 // Its readiness checks speak plain HTTP to the agents' addresses rather than
 // going through nomad/api and consul/api: their DefaultConfig reads NOMAD_*
 // and CONSUL_* from the process environment, and a user's token, region or

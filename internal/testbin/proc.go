@@ -37,8 +37,9 @@ func Start(tb testing.TB, bin string, args []string, env map[string]string) *Pro
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own process group, so a signal sent to the test does not reach it
 	// twice, and Stop can end its children too (they would otherwise hold
-	// its output pipes open).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// its output pipes open); on Linux it also gets SIGTERM if the test
+	// process dies without stopping it (a panic, -timeout).
+	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = 5 * time.Second
 	name := bin
 	if len(args) > 0 {

@@ -13,6 +13,11 @@
 //	FAKE_FAIL=<role>         that role prints "boom: ..." and exits 3 at once
 //	FAKE_IGNORE_INT=<role>   that role ignores SIGINT (it must be killed)
 //	FAKE_NO_RAW_EXEC=1       the Nomad node's raw_exec driver is unhealthy
+//	FAKE_EXECUTOR=<role>     that role starts an "executor" in a session of
+//	                         its own, which starts a "task"; both ignore
+//	                         SIGINT, SIGTERM and SIGHUP and outlive the
+//	                         role, as Nomad's executors and raw_exec tasks
+//	                         outlive a Nomad agent that dies
 package devagentstest
 
 import (
@@ -21,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -85,6 +91,25 @@ func fakeMain(role string, args []string) int {
 	if os.Getenv("FAKE_FAIL") == role {
 		fmt.Fprintln(os.Stderr, "boom: the fake "+role+" refuses to start")
 		return 3
+	}
+	switch {
+	case role == "executor" || role == "task":
+		signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		if role == "executor" {
+			if err := spawn("task", false); err != nil {
+				fmt.Fprintln(os.Stderr, "fake: start task:", err)
+				return 2
+			}
+		}
+		// Bounded, should nothing end it.
+		time.Sleep(2 * time.Minute)
+		logEvent("timeout %s", role)
+		return 4
+	case os.Getenv("FAKE_EXECUTOR") == role:
+		if err := spawn("executor", true); err != nil {
+			fmt.Fprintln(os.Stderr, "fake: start executor:", err)
+			return 2
+		}
 	}
 
 	var addrs []string
@@ -176,6 +201,17 @@ func fakeMain(role string, args []string) int {
 			return 4
 		}
 	}
+}
+
+// spawn starts this fake's executable again as role, in a new session if
+// asked (out of reach of a kill of its parent's process group), and leaves
+// it running.
+func spawn(role string, session bool) error {
+	// os.Args[1] is -test.run (see New); the role after -- names it in ps.
+	cmd := exec.Command(os.Args[0], os.Args[1], "--", role)
+	cmd.Env = append(os.Environ(), roleEnv+"="+role) // the last one wins
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: session}
+	return cmd.Start()
 }
 
 // Fakes is a directory of fake executables (put it on PATH) and the events
