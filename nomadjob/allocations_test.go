@@ -107,7 +107,7 @@ func TestAllocPortsFallbacks(t *testing.T) {
 
 func TestServiceAllocID(t *testing.T) {
 	for id, want := range map[string]string{
-		"_nomad-task-7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11-group-app-hello-00001-http": "7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11",
+		"_nomad-task-7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11-group-app-hello-00001-http":  "7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11",
 		"_nomad-task-7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11":                             "",
 		"hello-00001-activator-r1":                                                     "",
 		"_nomad-task-short-group-app-x-http":                                           "",

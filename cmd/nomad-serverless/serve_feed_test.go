@@ -310,4 +310,3 @@ func TestFeedNomadReturnsAPermanentStreamError(t *testing.T) {
 		t.Fatalf("feedNomad = %v, want the permission error", err)
 	}
 }
-
