@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/nomad-serverless
 PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
-.PHONY: build test e2e e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz clean
+.PHONY: build test e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz clean
 
 # CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
 # also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
@@ -24,6 +24,12 @@ test:
 # they are missing, so a skip is never mistaken for a pass.
 e2e: build
 	$(GO) test -count=1 -v -timeout 30m ./e2e/ -args -require
+
+# Scenario 21 alone: one serve over 1,000 revisions at zero on real agents
+# (deploy throughput, serve's idle RSS, CPU and Consul connections, a cold
+# start among them).
+e2e-scale: build
+	$(GO) test -count=1 -v -timeout 30m ./e2e/ -run TestE2E21 -args -require -revisions 1000
 
 # The e2e scenarios against internal/fakecluster (a stand-in for Nomad and
 # Consul that runs the allocations as real processes), for machines without
