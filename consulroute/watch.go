@@ -85,9 +85,11 @@ func (c *Client) WatchRecords(ctx context.Context, fn func([]Record)) error {
 type Passing map[string][]string
 
 // passingFilter selects, server-side, the checks WatchPassing needs: those
-// of services we registered (tag serverless) and the nodes' own checks
-// (serfHealth, maintenance), which fail every instance on a node.
-const passingFilter = `"` + spec.TagServerless + `" in ServiceTags or ServiceID == ""`
+// of services we registered (tag serverless) but the activator's stand-ins
+// (one per revision at zero per replica: most of them, at scale), and the
+// nodes' own checks (serfHealth, maintenance), which fail every instance on
+// a node.
+const passingFilter = `("` + spec.TagServerless + `" in ServiceTags and "` + spec.TagActivator + `" not in ServiceTags) or ServiceID == ""`
 
 // WatchPassing follows which instances of every revision pass their checks
 // with one blocking query (/v1/health/state/any, filtered to our services

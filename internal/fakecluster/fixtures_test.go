@@ -542,16 +542,15 @@ func TestConsulHealthStateLikeTheRecording(t *testing.T) {
 		t.Errorf("checks differ from the recording:\n got %+v\nwant %+v", g, w)
 	}
 
-	// The aliased activator fails: so does the stand-in.
-	req, _ := http.NewRequest(http.MethodPut, base+"/v1/agent/check/fail/service:nomad-serverless-activator-r1", nil)
-	if resp, err := http.DefaultClient.Do(req); err == nil {
-		resp.Body.Close()
+	// The stand-in's alias check mirrors the activator it points at.
+	standIn := ex
+	standIn.Request.Query = fixtures.Query{"filter": {`ServiceID == "hello-00003-activator-r1"`}}
+	if got := rows(send(t, base, standIn).body); len(got) != 1 || got[0].Status != "passing" || got[0].Type != "alias" {
+		t.Errorf("the stand-in's alias check %+v, want one passing alias check while its activator passes", got)
 	}
 	c.Consul.Deregister("nomad-serverless-activator-r1")
-	for _, chk := range rows(send(t, base, ex).body) {
-		if chk.ServiceID == "hello-00003-activator-r1" && chk.Status != "critical" {
-			t.Errorf("the stand-in's alias check is %s with its activator gone, want critical", chk.Status)
-		}
+	if got := rows(send(t, base, standIn).body); len(got) != 1 || got[0].Status != "critical" {
+		t.Errorf("the stand-in's alias check %+v with its activator gone, want critical", got)
 	}
 	bad := ex
 	bad.Request.Query = fixtures.Query{"filter": {"ServiceTags contains"}}
