@@ -19,8 +19,10 @@ const (
 	// PathBurstCapacity: GET, {"revisions": {"<revision>": <ebc>, ...}}.
 	PathBurstCapacity = "/v1/autoscaler/burst-capacity"
 	// PathDemand: POST DemandReport, a remote activator's ReportDemand.
+	// Signed by a control-plane replica (see WriteGuard).
 	PathDemand = "/v1/autoscaler/demand"
-	// PathWake: POST WakeRequest, a remote activator's Wake.
+	// PathWake: POST WakeRequest, a remote activator's Wake. Signed by a
+	// control-plane replica (see WriteGuard).
 	PathWake = "/v1/autoscaler/wake"
 )
 
@@ -50,10 +52,30 @@ type adminError struct {
 // revisions stays far below it).
 const maxAdminBody = 4 << 20
 
+// WriteGuard authenticates the admin API's state-changing requests: Wrap
+// answers a request that is not from a control-plane replica itself (401)
+// and passes the rest on. *adminauth.Verifier is one.
+type WriteGuard interface {
+	Wrap(next http.Handler) http.Handler
+}
+
 // RegisterAdmin mounts the autoscaler's admin endpoints on e. Every replica
 // mounts them; on a replica that does not lead they answer 503 with
 // ErrNotLeader's text, so callers look for the leader again.
-func RegisterAdmin(e *echo.Echo, a *Autoscaler) {
+//
+// The writes (demand and wake) are mounted behind guard, which is
+// required: anyone who reaches the admin port could otherwise scale every
+// revision to its maximum. The reads stay open: `nomad-serverless status`
+// runs with a deploy user's tokens, which cannot read the control plane's
+// key, and they show what Nomad and Consul show that user anyway.
+func RegisterAdmin(e *echo.Echo, a *Autoscaler, guard WriteGuard) error {
+	if e == nil || a == nil {
+		return errors.New("autoscaler: RegisterAdmin needs an echo instance and an Autoscaler")
+	}
+	if guard == nil {
+		return errors.New("autoscaler: RegisterAdmin: guard is nil: the demand and wake endpoints must authenticate their callers")
+	}
+	signed := echo.WrapMiddleware(guard.Wrap)
 	e.GET(PathRevisions, func(c echo.Context) error {
 		if !a.Leading() {
 			return notLeader(c)
@@ -92,7 +114,7 @@ func RegisterAdmin(e *echo.Echo, a *Autoscaler) {
 			return badRequest(c, errors.New("replica is empty"))
 		}
 		return answer(c, a.ReportDemand(c.Request().Context(), r.Replica, r.Demand))
-	})
+	}, signed)
 	e.POST(PathWake, func(c echo.Context) error {
 		var r WakeRequest
 		if err := decodeBody(c, &r); err != nil {
@@ -102,7 +124,8 @@ func RegisterAdmin(e *echo.Echo, a *Autoscaler) {
 			return badRequest(c, errors.New("replica is empty"))
 		}
 		return answer(c, a.Wake(c.Request().Context(), r.Replica, r.Demand))
-	})
+	}, signed)
+	return nil
 }
 
 func decodeBody(c echo.Context, v any) error {

@@ -15,14 +15,50 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/adminauth"
 )
 
-// adminServer serves a's admin API on 127.0.0.1.
-func adminServer(t *testing.T, a *Autoscaler) *httptest.Server {
+// testKeys is a keyring of one fresh key, as every replica of one cluster
+// reads it from Consul.
+func testKeys(t *testing.T) *adminauth.Ring {
 	t.Helper()
+	k, err := adminauth.NewKey(time.Now(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := adminauth.NewKeyring([]adminauth.Key{k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &adminauth.Ring{}
+	r.Set(kr)
+	return r
+}
+
+// signedClient signs with keys, as serve's client for RemoteSink does.
+func signedClient(t *testing.T, keys adminauth.KeySource) *http.Client {
+	t.Helper()
+	tr, err := adminauth.NewTransport(adminauth.TransportConfig{Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: tr, Timeout: 5 * time.Second}
+}
+
+// adminServer serves a's admin API on 127.0.0.1, its writes verified
+// against keys.
+func adminServer(t *testing.T, a *Autoscaler, keys adminauth.KeySource) *httptest.Server {
+	t.Helper()
+	v, err := adminauth.NewVerifier(adminauth.VerifierConfig{Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	RegisterAdmin(e, a)
+	if err := RegisterAdmin(e, a, v); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return srv
@@ -43,9 +79,9 @@ func getJSON(t *testing.T, url string, v any) int {
 	return resp.StatusCode
 }
 
-func post(t *testing.T, url, body string) (int, string) {
+func post(t *testing.T, c *http.Client, url, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	resp, err := c.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +98,15 @@ func TestAdminAPI(t *testing.T) {
 	cat.SetRevision(testRevision("other-00001", 0, nil))
 	cat.SetReady("hello-00001", instances("hello-00001", 1))
 	scr.set("hello-00001-i0", 12)
-	srv := adminServer(t, a)
+	keys := testKeys(t)
+	srv := adminServer(t, a, keys)
+	c := signedClient(t, keys)
 
 	// Not leading: every endpoint says so, with 503.
 	if code := getJSON(t, srv.URL+PathRevisions, nil); code != http.StatusServiceUnavailable {
 		t.Fatalf("GET revisions while not leading: %d, want 503", code)
 	}
-	if code, msg := post(t, srv.URL+PathWake, `{"replica":"a1","demand":{"revision":"other-00001","queued":1}}`); code != http.StatusServiceUnavailable || !strings.Contains(msg, "not the leader") {
+	if code, msg := post(t, c, srv.URL+PathWake, `{"replica":"a1","demand":{"revision":"other-00001","queued":1}}`); code != http.StatusServiceUnavailable || !strings.Contains(msg, "not the leader") {
 		t.Fatalf("POST wake while not leading: %d %q, want 503 not the leader", code, msg)
 	}
 
@@ -95,15 +133,15 @@ func TestAdminAPI(t *testing.T) {
 		t.Fatalf("GET burst-capacity: %d %+v", code, bc)
 	}
 
-	if code, _ := post(t, srv.URL+PathDemand, `{"replica":"a2","demand":[{"revision":"other-00001","queued":4,"in_flight":0}]}`); code != http.StatusNoContent {
+	if code, _ := post(t, c, srv.URL+PathDemand, `{"replica":"a2","demand":[{"revision":"other-00001","queued":4,"in_flight":0}]}`); code != http.StatusNoContent {
 		t.Fatalf("POST demand: %d", code)
 	}
 	for _, bad := range []string{`{"replica":"","demand":[]}`, `not json`, `{"replica":"a2","demand":[{"revision":""}]}`, `{"replica":"a2","bogus":1}`} {
-		if code, msg := post(t, srv.URL+PathDemand, bad); code != http.StatusBadRequest || msg == "" {
+		if code, msg := post(t, c, srv.URL+PathDemand, bad); code != http.StatusBadRequest || msg == "" {
 			t.Errorf("POST demand %s: %d %q, want 400 with a message", bad, code, msg)
 		}
 	}
-	if code, _ := post(t, srv.URL+PathWake, `{"replica":"a2","demand":{"revision":"other-00001","queued":4}}`); code != http.StatusNoContent {
+	if code, _ := post(t, c, srv.URL+PathWake, `{"replica":"a2","demand":{"revision":"other-00001","queued":4}}`); code != http.StatusNoContent {
 		t.Fatalf("POST wake: %d", code)
 	}
 	// The loop is driven by hand here: the wake is pending for it.
@@ -124,7 +162,8 @@ func TestRemoteSink(t *testing.T) {
 	ctx := context.Background()
 	a, cat, _, _, clk := newTestAutoscaler(t, nil)
 	cat.SetRevision(testRevision("hello-00001", 0, nil))
-	srv := adminServer(t, a)
+	keys := testKeys(t)
+	srv := adminServer(t, a, keys)
 	l := startLoop(t, a)
 	tickN(ctx, l, clk, 1, 0)
 
@@ -133,6 +172,7 @@ func TestRemoteSink(t *testing.T) {
 	now := newClock()
 	rs, err := NewRemoteSink(RemoteSinkConfig{
 		Leader: func() (string, bool) { s := leaderAddr.Load().(string); return s, s != "" },
+		Client: signedClient(t, keys),
 		Poll:   time.Second,
 		Now:    now.Now,
 	})
@@ -181,7 +221,7 @@ func TestRemoteSink(t *testing.T) {
 		t.Fatalf("Wake without a leader: %v", err)
 	}
 	b, _, _, _, _ := newTestAutoscaler(t, nil)
-	leaderAddr.Store(adminServer(t, b).URL)
+	leaderAddr.Store(adminServer(t, b, keys).URL)
 	if err := rs.Wake(ctx, "a9", Demand{Revision: "hello-00001", Queued: 1}); err == nil || !strings.Contains(err.Error(), "not the leader") {
 		t.Fatalf("Wake at a replica that does not lead: %v", err)
 	}
@@ -352,5 +392,89 @@ func TestRemoteSinkWarnsOnlyWhenNoLeaderLasts(t *testing.T) {
 	}
 	if w := h.warnings(); len(w) != 1 || !strings.Contains(w[0], "no autoscaler leader") {
 		t.Fatalf("warnings after a minute without a leader: %q, want one about the missing leader", w)
+	}
+}
+
+// The demand and wake endpoints obey only signed requests: anything else is
+// refused with 401 before the autoscaler hears of it, so the count Nomad
+// is given does not move. Reads stay open for `nomad-serverless status`.
+func TestAdminWritesNeedASignature(t *testing.T) {
+	ctx := context.Background()
+	a, cat, _, sc, clk := newTestAutoscaler(t, nil)
+	cat.SetRevision(testRevision("hello-00001", 0, nil))
+	keys := testKeys(t)
+	srv := adminServer(t, a, keys)
+	l := startLoop(t, a)
+	tickN(ctx, l, clk, 1, 0)
+	callsBefore := len(sc.Calls())
+
+	wake := `{"replica":"intruder","demand":{"revision":"hello-00001","queued":1000}}`
+	demand := `{"replica":"intruder","demand":[{"revision":"hello-00001","queued":1000}]}`
+	otherCluster := signedClient(t, testKeys(t))
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+	}{{"unsigned", http.DefaultClient}, {"signed with another key", otherCluster}} {
+		for path, body := range map[string]string{PathWake: wake, PathDemand: demand} {
+			if code, msg := post(t, c.client, srv.URL+path, body); code != http.StatusUnauthorized || msg == "" {
+				t.Errorf("%s POST %s: %d %q, want 401 with a reason", c.name, path, code, msg)
+			}
+		}
+	}
+	a.demandMu.Lock()
+	_, heard := a.reports["intruder"]
+	a.demandMu.Unlock()
+	if heard {
+		t.Fatal("a refused request reached the autoscaler's demand")
+	}
+	a.wakeMu.Lock()
+	pending := len(a.wakes)
+	a.wakeMu.Unlock()
+	if pending != 0 {
+		t.Fatalf("a refused wake is pending: %d", pending)
+	}
+	tickN(ctx, l, clk, 3, 2*time.Second)
+	if calls := sc.Calls()[callsBefore:]; len(calls) != 0 {
+		t.Fatalf("refused requests led to scale calls: %+v", calls)
+	}
+
+	// Reads need no signature.
+	var states []RevisionState
+	if code := getJSON(t, srv.URL+PathRevisions, &states); code != http.StatusOK || len(states) != 1 || states[0].Actual != 0 {
+		t.Fatalf("unsigned GET revisions: %d %+v", code, states)
+	}
+	var bc BurstCapacities
+	if code := getJSON(t, srv.URL+PathBurstCapacity, &bc); code != http.StatusOK {
+		t.Fatalf("unsigned GET burst-capacity: %d", code)
+	}
+
+	// A RemoteSink holding another cluster's key is refused, and says so.
+	rs, err := NewRemoteSink(RemoteSinkConfig{Leader: func() (string, bool) { return srv.URL, true }, Client: otherCluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Wake(ctx, "a9", Demand{Revision: "hello-00001", Queued: 1}); err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "keyring") {
+		t.Fatalf("Wake signed with a foreign key: %v, want a 401 naming the keyring", err)
+	}
+	tickN(ctx, l, clk, 1, 2*time.Second)
+	if calls := sc.Calls()[callsBefore:]; len(calls) != 0 {
+		t.Fatalf("a refused RemoteSink wake led to scale calls: %+v", calls)
+	}
+
+	// The same wake, signed with the cluster's key, wakes.
+	if code, msg := post(t, signedClient(t, keys), srv.URL+PathWake, wake); code != http.StatusNoContent {
+		t.Fatalf("signed wake: %d %q", code, msg)
+	}
+	l.tickWoken(ctx)
+	l.applies.Wait()
+	if calls := sc.Calls()[callsBefore:]; len(calls) != 1 || calls[0].Count < 1 {
+		t.Fatalf("signed wake: scale calls %+v, want one up from zero", calls)
+	}
+}
+
+func TestRegisterAdminNeedsAGuard(t *testing.T) {
+	a, _, _, _, _ := newTestAutoscaler(t, nil)
+	if err := RegisterAdmin(echo.New(), a, nil); err == nil || !strings.Contains(err.Error(), "guard") {
+		t.Fatalf("RegisterAdmin without a guard: %v", err)
 	}
 }

@@ -6,7 +6,11 @@
 //
 // One elected replica runs it (RunWhenLeader); every replica serves its
 // state and demand endpoints (RegisterAdmin) and non-leaders reach the
-// leader through RemoteSink.
+// leader through RemoteSink. A wake does not wait for the leader: every
+// replica's Waker raises a revision at zero to its activation scale itself
+// when the leader does not take the wake (Raiser's "at least n", guarded
+// by the job's modify index), and the leader's next decision takes it from
+// there.
 package autoscaler
 
 import (

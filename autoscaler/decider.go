@@ -56,10 +56,23 @@ const initialScaleDeadline = 10 * time.Minute
 // no I/O: the caller passes Inputs and now, and carries out the Decision it
 // returns. Its state is the panic mode, the scale-down delay, whether the
 // initial scale was reached, and how long the revision has been idle. The
-// zero value is ready; the first Decide initialises it from what it sees, so
-// a new leader that starts with fresh Deciders neither scales a busy
-// revision down (it starts in panic mode when more than one instance is
-// ready) nor drops a revision at zero back to its initial scale.
+// zero value is ready; the first Decide initialises it from what it sees.
+//
+// A new leader starts with fresh Deciders and empty windows, and these
+// rules keep it from acting on what it does not know (TestDeciderNewLeader):
+//   - it holds a count above one that it finds (panic mode, a stable
+//     window; the scale-down delay then holds it that much longer), so a
+//     busy revision is not scaled down;
+//   - no sample, no change: never a count from missing metrics, least of
+//     all zero;
+//   - an idle revision's scale-to-zero grace starts anew at its first
+//     quiet decision (and the activator must be in the path for all of
+//     it): nothing tells how long it was idle before (the sidecars report
+//     averages since the last scrape, Nomad's scaling events when the
+//     count last changed, neither the last request), so it may stay at one
+//     instance up to one grace longer, never shorter;
+//   - a revision at zero stays there (no initial scale), and a wake takes
+//     it to its activation scale.
 //
 // Not safe for concurrent use.
 type Decider struct {
@@ -94,10 +107,19 @@ func (d *Decider) Decide(in Inputs, now time.Time) Decision {
 	if !d.started {
 		d.started = true
 		d.firstSeen = now
-		if in.Ready > 1 {
-			// Knative: a fresh decider has no history; hold the current
-			// scale (panic mode never scales down) until the windows fill.
-			d.panicTime, d.maxPanic = now, in.Ready
+		if hold := in.Count; hold > 1 && (in.Ready > 1 || hold > s.Initial) {
+			// A fresh decider has no history (a new leader, a restarted
+			// replica): hold the scale it finds, in panic mode (which
+			// never scales down), until the windows fill, as Knative
+			// does. The count, not the ready instances as in Knative:
+			// the count is what the previous leader decided, and the
+			// ready instances lag it while a scale-up is under way or
+			// while this replica's catalog is still filling from Consul
+			// (holding those would scale down), or lead it while a
+			// scale-down is (holding those would undo it). A revision
+			// starting at its initial scale, none ready yet, is the
+			// initial-scale rule's.
+			d.panicTime, d.maxPanic = now, hold
 		}
 	}
 	// The initial scale is reached (or does not apply) once that many are

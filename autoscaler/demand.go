@@ -13,12 +13,15 @@ type Demand struct {
 // DemandSink is what the activator needs from the autoscaler (DESIGN.md:
 // activator depends on autoscaler for this signal only). The leader's
 // autoscaler implements it in process; other replicas reach the leader
-// through its admin API.
+// through its admin API (RemoteSink), and every replica's Waker in front of
+// that raises a revision at zero itself when the leader does not.
 type DemandSink interface {
 	// ReportDemand replaces replica's last report; the activator calls it
 	// every second with every revision it holds or proxies for.
 	ReportDemand(ctx context.Context, replica string, demand []Demand) error
 	// Wake asks for an immediate decision for a revision that has requests
-	// waiting and no capacity, instead of waiting for the next tick.
+	// waiting and no capacity, instead of waiting for the next tick. The
+	// activator calls it when a request starts waiting, at most once a
+	// second per revision.
 	Wake(ctx context.Context, replica string, d Demand) error
 }

@@ -23,7 +23,10 @@ type RemoteSinkConfig struct {
 	// Local, when set, is this replica's own autoscaler: while it leads,
 	// calls go to it in process instead of over HTTP.
 	Local *Autoscaler
-	// Client talks to the leader; nil gets one with a 2s timeout.
+	// Client talks to the leader. The leader refuses writes that are not
+	// signed by a control-plane replica, so serve gives it one whose
+	// transport signs (adminauth.Transport). nil gets a plain client with a
+	// 2s timeout, for servers that check nothing (tests).
 	Client *http.Client
 	// Poll is how often the burst capacities are fetched; default 1s.
 	Poll time.Duration
@@ -94,8 +97,9 @@ func (r *RemoteSink) local() *Autoscaler {
 var errNoLeader = errors.New("no autoscaler leader is known yet")
 
 // leaderlessWarnAfter is how long no leader may be known before RemoteSink
-// warns: elections take a few seconds (Consul's lock delay is 15 s after a
-// leader dies without releasing the lock).
+// warns: an election takes a few seconds (a dead leader's session ends with
+// its activator check, then a 1 s lock delay; consulroute.LockDelay), so
+// half a minute without one is worth a word.
 const leaderlessWarnAfter = 30 * time.Second
 
 func (r *RemoteSink) base() (string, error) {

@@ -32,6 +32,10 @@ func TestLive(t *testing.T) {
 	t.Run("ConsulRefusalIsExplained", liveConsulRefusalIsExplained)
 	t.Run("WatchReadyIgnoresStandIn", liveWatchPassingIgnoresStandIn)
 	t.Run("LockTakeover", liveLockTakeover)
+	t.Run("LockBoundToCheck", func(t *testing.T) {
+		// Consul runs checks at most once a second.
+		lockBoundToCheck(t, os.Getenv("CONSUL_HTTP_ADDR"), time.Second, LockDelay)
+	})
 }
 
 func liveClient(t *testing.T, opts ...Option) *Client {

@@ -13,6 +13,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	nomad "github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
 )
 
@@ -122,6 +123,11 @@ func TestE2E10MinimalACLPolicies(t *testing.T) {
 	rev := revision(svc, 1)
 	h.env, h.serveConsul = cpEnv, cm
 	g := h.startServe("e2e-acl", "", "")
+	// serve created the admin API's keyring; deploy users cannot read it
+	// (whoever can, can sign admin API writes).
+	if p, _, err := depConsul.KV().Get(consulroute.AdminKeysKey, nil); err == nil || p != nil {
+		t.Errorf("the deploy token read the admin API keyring %s (err %v)", consulroute.AdminKeysKey, err)
+	}
 	h.env = deployEnv
 	h.deploy(h.writeServices("acl.hcl", testService(svc)))
 	client := NewClient(4)

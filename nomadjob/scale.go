@@ -24,17 +24,105 @@ func (c *Client) Scale(ctx context.Context, revision string, count int, reason s
 		return fmt.Errorf("%s: a count cannot be negative", op)
 	}
 	ns := c.namespaceOf(revision)
-	var m map[string]any
-	if len(meta) > 0 {
-		m = make(map[string]any, len(meta))
-		for k, v := range meta {
-			m[k] = v
-		}
-	}
-	if _, _, err := c.api.Jobs().Scale(revision, spec.GroupName, &count, reason, false, m, c.write(ctx, ns)); err != nil {
+	if _, _, err := c.api.Jobs().Scale(revision, spec.GroupName, &count, reason, false, anyMeta(meta), c.write(ctx, ns)); err != nil {
 		return c.wrap(op, ns, capScale, err)
 	}
 	return nil
+}
+
+// ScaleAtLeast raises a revision's count to n (at most the scaling block's
+// max) unless it already is at least n, and never lowers it: the wake of a
+// revision at zero that any control-plane replica may make, concurrently
+// with the others and with the leader's own scale calls. raised tells
+// whether this call changed the count. reason and meta go to the
+// revision's scaling history.
+//
+// Nomad 1.6's scale endpoint has no check-index, so "at least" is made
+// safe the way UpdateScaling is: read the job, and if its count is below
+// n, register it with that count enforcing the job modify index read. A
+// write by anyone in between (the leader scaling it higher, another
+// replica's wake) makes Nomad refuse it ("conflicting job modify index");
+// the job is read again and, its count now being at least n, left alone.
+//
+// Registering needs submit-job, which the control plane's shipped ACL
+// policy leaves out on purpose (it never registers jobs). Refused that, it
+// falls back to the scale endpoint with the job modify index read (Nomad
+// 1.8.2 and later enforce it, and a conflict is retried the same way;
+// older versions ignore it, and then only the read just before guards the
+// count: a count someone raised within that round trip may be set back to
+// n, until the leader's next decision).
+func (c *Client) ScaleAtLeast(ctx context.Context, revision string, n int, reason string, meta map[string]string) (raised bool, err error) {
+	op := fmt.Sprintf("raise revision %s to at least %d", revision, n)
+	if n < 1 {
+		return false, fmt.Errorf("%s: the count to raise to must be at least 1", op)
+	}
+	for attempt := 0; ; attempt++ {
+		job, err := c.Job(ctx, revision)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", op, err)
+		}
+		g := appGroup(job)
+		switch {
+		case g == nil:
+			return false, fmt.Errorf("%s: the job has no group %q", op, spec.GroupName)
+		case deref(job.Stop, false):
+			// Stopped on purpose (deploy gave up on it, or delete):
+			// a request must not bring it back.
+			return false, fmt.Errorf("%s: the job is stopped", op)
+		case job.JobModifyIndex == nil:
+			return false, fmt.Errorf("%s: Nomad returned the job without a JobModifyIndex", op)
+		}
+		current, target := deref(g.Count, 0), n
+		if g.Scaling != nil && g.Scaling.Max != nil && int64(target) > *g.Scaling.Max {
+			target = int(*g.Scaling.Max)
+		}
+		if current >= target {
+			return false, nil
+		}
+		ns := deref(job.Namespace, c.namespaceOf(revision))
+		jmi := *job.JobModifyIndex
+		msg := fmt.Sprintf("%s (raised from %d to %d)", reason, current, target)
+		g.Count = new(target)
+		_, _, err = c.api.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: jmi}, c.write(ctx, ns))
+		werr := c.wrap(op, ns, capSubmit, err)
+		if errors.Is(werr, ErrPermission) {
+			werr = c.scaleAt(ctx, revision, ns, target, jmi, msg, meta, op)
+		} else if werr == nil {
+			c.recordScalingEvent(ctx, revision, ns, msg, meta)
+		}
+		switch {
+		case werr == nil:
+			return true, nil
+		case errors.Is(werr, ErrConflict) && attempt < c.conflictRetries:
+			continue
+		}
+		return false, werr
+	}
+}
+
+// scaleAt scales with the job modify index read as the guard (Nomad 1.8.2
+// and later check it).
+func (c *Client) scaleAt(ctx context.Context, revision, ns string, count int, jmi uint64, message string, meta map[string]string, op string) error {
+	req := &api.ScalingRequest{
+		Count:          new(int64(count)),
+		Target:         map[string]string{"Job": revision, "Group": spec.GroupName},
+		Message:        message,
+		Meta:           anyMeta(meta),
+		JobModifyIndex: jmi,
+	}
+	_, _, err := c.api.Jobs().ScaleWithRequest(revision, req, c.write(ctx, ns))
+	return c.wrap(op, ns, capScale, err)
+}
+
+func anyMeta(meta map[string]string) map[string]any {
+	if len(meta) == 0 {
+		return nil
+	}
+	m := make(map[string]any, len(meta))
+	for k, v := range meta {
+		m[k] = v
+	}
+	return m
 }
 
 // ScalingEvent is one entry of a revision's scaling history, newest first.
@@ -154,7 +242,7 @@ func (c *Client) UpdateScaling(ctx context.Context, revision string, s spec.Scal
 		}
 		if target != current {
 			c.recordScalingEvent(ctx, revision, ns,
-				fmt.Sprintf("scaling bounds changed to %d..%d: count %d moved into them (%d)", lo, hi, current, target))
+				fmt.Sprintf("scaling bounds changed to %d..%d: count %d moved into them (%d)", lo, hi, current, target), nil)
 		}
 		return nil
 	}
@@ -163,10 +251,11 @@ func (c *Client) UpdateScaling(ctx context.Context, revision string, s spec.Scal
 // recordScalingEvent adds a message to the revision's scaling history
 // without changing its count (a scale request without Count). The count
 // has already changed; failing to explain it is logged, not returned.
-func (c *Client) recordScalingEvent(ctx context.Context, revision, ns, message string) {
+func (c *Client) recordScalingEvent(ctx context.Context, revision, ns, message string, meta map[string]string) {
 	req := &api.ScalingRequest{
 		Target:  map[string]string{"Job": revision, "Group": spec.GroupName},
 		Message: message,
+		Meta:    anyMeta(meta),
 	}
 	if _, _, err := c.api.Jobs().ScaleWithRequest(revision, req, c.write(ctx, ns)); err != nil {
 		c.log.Warn("could not record a scaling event", "revision", revision, "message", message, "err", c.wrap("record scaling event of revision "+revision, ns, capScale, err))

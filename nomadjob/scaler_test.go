@@ -5,5 +5,9 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 )
 
-// The Nomad client is the autoscaler's Scaler in production.
-var _ autoscaler.Scaler = (*nomadjob.Client)(nil)
+// The Nomad client is the autoscaler's Scaler in production, and every
+// replica's Raiser for wakes.
+var (
+	_ autoscaler.Scaler = (*nomadjob.Client)(nil)
+	_ autoscaler.Raiser = (*nomadjob.Client)(nil)
+)

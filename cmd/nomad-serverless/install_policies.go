@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -30,10 +31,16 @@ type installPolicy struct {
 //   - Consul, control plane: register its own service and the stand-in
 //     instances of revisions at zero (in revisions' services, so a prefix),
 //     read health on every node, read applied services and hold the leader
-//     lock under nomad-serverless/, create the lock's session.
+//     lock under nomad-serverless/, create the lock's session, and read
+//     (the first replica: create) the admin API's keyring, said in a rule
+//     of its own so an auditor sees who holds that key.
 //   - Consul, deploy users: write the route's config entries (named after
 //     the service and its revisions: service write), the KV copy of the
-//     service, and read health while waiting for instances.
+//     service, and read health while waiting for instances. The control
+//     plane's keys are denied outright, not merely left out, so a token
+//     that also carries a broader policy (or a Consul whose default policy
+//     is allow) still cannot read the admin API's key: deny wins over
+//     allow at the same prefix.
 func installPolicies(o installOptions) []installPolicy {
 	ns := o.ServiceNamespace
 	return []installPolicy{
@@ -79,6 +86,10 @@ func installPolicies(o installOptions) []installPolicy {
 				"Health queries list instances on every node.",
 			) + installConsulRule("key_prefix", "nomad-serverless/", "write",
 				"Applied services (read) and the leader lock (write).",
+			) + installConsulRule("key", consulroute.AdminKeysKey, "write",
+				"The admin API's keyring: replicas sign their writes to each other's admin",
+				"API with it (the first replica creates it, with check-and-set). Only the",
+				"control plane may read it.",
 			) + installConsulRule("session_prefix", "", "write",
 				"The leader lock's session, created on the node of the replica's Consul agent.",
 			),
@@ -97,6 +108,9 @@ func installPolicies(o installOptions) []installPolicy {
 				"deploy reads instances' health while it waits for them.",
 			) + installConsulRule("key_prefix", "nomad-serverless/services/", "write",
 				"The last applied copy of each service.",
+			) + installConsulRule("key_prefix", consulroute.ControlPlaneKVPrefix, "deny",
+				"The control plane's own keys, the admin API's keyring among them: whoever",
+				"reads it can scale every revision through the admin API.",
 			),
 		},
 	}

@@ -372,12 +372,14 @@ func TestInstallPolicies(t *testing.T) {
 			{Kind: "service_prefix", Label: "", Policy: "write"},
 			{Kind: "node_prefix", Label: "", Policy: "read"},
 			{Kind: "key_prefix", Label: "nomad-serverless/", Policy: "write"},
+			{Kind: "key", Label: "nomad-serverless/control-plane/admin-keys", Policy: "write"},
 			{Kind: "session_prefix", Label: "", Policy: "write"},
 		},
 		{
 			{Kind: "service_prefix", Label: "", Policy: "write"},
 			{Kind: "node_prefix", Label: "", Policy: "read"},
 			{Kind: "key_prefix", Label: "nomad-serverless/services/", Policy: "write"},
+			{Kind: "key_prefix", Label: "nomad-serverless/control-plane/", Policy: "deny"},
 		},
 	}
 	for i, p := range policies {

@@ -48,6 +48,7 @@ func commands() map[string]command {
 		"testapp":   {"run the small HTTP app used by tests and benchmarks", runTestapp},
 		"dev":       {"start local Consul and Nomad dev agents and the control plane", runDev},
 		"install":   {"render (or -apply) the Nomad job and ACL policies of the control plane", runInstall},
+		"admin-key": {"rotate the key control-plane replicas sign admin API writes with", runAdminKey},
 		"version":   {"print the version", runVersion},
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -102,17 +101,31 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	keys, err := newAdminKeys(ctx, consul, log, reg)
+	if err != nil {
+		return err
+	}
 	cat := catalog.New()
 	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: nomad, Tick: o.tick, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
 	leader := &leaderAddress{}
-	sink, err := autoscaler.NewRemoteSink(autoscaler.RemoteSinkConfig{Leader: leader.get, Local: auto, Logger: log})
+	sink, err := autoscaler.NewRemoteSink(autoscaler.RemoteSinkConfig{Leader: leader.get, Local: auto, Client: keys.client, Logger: log})
 	if err != nil {
 		return err
 	}
-	gw, err := activator.New(activator.Config{Catalog: cat, Autoscaler: sink, Domain: o.domain, Replica: o.replica, Logger: log, Registerer: reg})
+	// Every replica wakes a revision at zero itself (and tells the leader):
+	// a wake never waits for leadership to move.
+	waker, err := autoscaler.NewWaker(autoscaler.WakerConfig{Revisions: cat, Raiser: nomad, Next: sink, Local: auto, Logger: log})
+	if err != nil {
+		return err
+	}
+	gw, err := activator.New(activator.Config{Catalog: cat, Autoscaler: waker, Domain: o.domain, Replica: o.replica, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	admin, err := adminHandler(gw, auto, keys.verifier)
 	if err != nil {
 		return err
 	}
@@ -140,13 +153,22 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	})
 	goRun("follow Consul records", func(ctx context.Context) error { return feedRecords(ctx, consul, cat, log) })
 	goRun("follow ready instances", func(ctx context.Context) error { return feedReady(ctx, consul, cat, log) })
-	goRun("gateway", gw.Run)
+	// The leader lock's session is bound to this replica's activator check
+	// (its admin /healthz), so a replica that dies loses the lock within a
+	// check interval. On the way out the lock is released first: the
+	// gateway turning unhealthy, or the activator's deregistration, would
+	// end the session with Consul's lock delay instead.
+	released := make(chan struct{})
+	goRun("gateway", func(ctx context.Context) error { return gw.Run(untilReleased(ctx, released)) })
 	goRun("autoscaler link", sink.Run)
 	goRun("leader election", func(ctx context.Context) error {
-		lock := consul.NewLock(consulroute.AutoscalerLockKey, o.replica, 15*time.Second)
+		defer close(released)
+		lock := consul.NewLock(consulroute.AutoscalerLockKey, o.replica, consulroute.LockTTL,
+			consulroute.WithSessionCheck(spec.ActivatorServiceName, consul.ActivatorCheckID("")))
 		return autoscaler.RunWhenLeader(ctx, lock, auto.Run, log)
 	})
 	goRun("leader lookup", func(ctx context.Context) error { leader.follow(ctx, consul, log); return nil })
+	goRun("follow the admin API keyring", func(ctx context.Context) error { return keys.follow(ctx, consul) })
 	// Stand-ins start once Nomad's revisions are listed (before that every
 	// stand-in looks unwanted) and this replica's activator is registered
 	// (their alias checks mirror it).
@@ -164,7 +186,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	})
 
 	gwSrv := gw.Server(o.listen)
-	adminSrv := &http.Server{Handler: adminHandler(gw, auto), ReadHeaderTimeout: 10 * time.Second}
+	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	goRun("gateway listener", func(context.Context) error { return ignoreClosed(gwSrv.Serve(gwLn)) })
 	goRun("admin listener", func(context.Context) error { return ignoreClosed(adminSrv.Serve(adminLn)) })
 
@@ -182,6 +204,10 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	// in-flight ones finish.
 	stop, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stopCancel()
+	select {
+	case <-released:
+	case <-stop.Done():
+	}
 	if err := consul.DeregisterActivator(stop, ""); err != nil {
 		log.Warn("deregister from Consul", "err", err)
 	}
@@ -194,17 +220,21 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	return nil
 }
 
-// adminHandler is the admin API: the gateway's health and metrics, the
-// autoscaler's state and demand endpoints, and the gateway's routing state.
-func adminHandler(gw *activator.Gateway, auto *autoscaler.Autoscaler) http.Handler {
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	base := echo.WrapHandler(gw.AdminHandler())
-	e.GET(activator.HealthPath, base)
-	e.GET(activator.MetricsPath, base)
-	autoscaler.RegisterAdmin(e, auto)
-	e.GET("/v1/activator/revisions", func(c echo.Context) error { return c.JSON(http.StatusOK, gw.Revisions()) })
-	return e
+// untilReleased is ctx, except that it ends only once the leader lock is
+// released as well (at most 5 s later): see serve.
+func untilReleased(ctx context.Context, released <-chan struct{}) context.Context {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		<-ctx.Done()
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case <-released:
+		case <-t.C:
+		}
+		cancel()
+	}()
+	return out
 }
 
 func ignoreClosed(err error) error {

@@ -17,6 +17,13 @@ key_prefix "nomad-serverless/" {
   policy = "write"
 }
 
+# The admin API's keyring: replicas sign their writes to each other's admin
+# API with it (the first replica creates it, with check-and-set). Only the
+# control plane may read it.
+key "nomad-serverless/control-plane/admin-keys" {
+  policy = "write"
+}
+
 # The leader lock's session, created on the node of the replica's Consul agent.
 session_prefix "" {
   policy = "write"

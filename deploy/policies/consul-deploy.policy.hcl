@@ -15,3 +15,9 @@ node_prefix "" {
 key_prefix "nomad-serverless/services/" {
   policy = "write"
 }
+
+# The control plane's own keys, the admin API's keyring among them: whoever
+# reads it can scale every revision through the admin API.
+key_prefix "nomad-serverless/control-plane/" {
+  policy = "deny"
+}

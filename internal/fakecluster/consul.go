@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -466,15 +467,28 @@ func (c *Consul) kvDelete(w http.ResponseWriter, r *http.Request) {
 // twice the TTL (its SessionTTLMultiplier).
 const sessionTTLMultiplier = 2
 
+// maxLockDelay is the longest lock delay Consul applies
+// (structs.MaxLockDelay); a longer one is cut to it.
+const maxLockDelay = 60 * time.Second
+
 type session struct {
-	ID          string
-	Name        string
-	Behavior    string
-	TTL         time.Duration
-	LockDelay   time.Duration
-	CreateIndex uint64
-	ModifyIndex uint64
-	timer       *time.Timer
+	ID        string
+	Name      string
+	Behavior  string
+	TTL       time.Duration
+	LockDelay time.Duration
+	// NodeChecks and ServiceChecks are the checks the session is bound to:
+	// Consul invalidates it when one turns critical or is removed.
+	NodeChecks    []string
+	ServiceChecks []string
+	CreateIndex   uint64
+	ModifyIndex   uint64
+	timer         *time.Timer
+}
+
+// checkIDs is every check the session is bound to.
+func (s *session) checkIDs() []string {
+	return append(slices.Clone(s.NodeChecks), s.ServiceChecks...)
 }
 
 func (s *session) wire() map[string]any {
@@ -484,9 +498,20 @@ func (s *session) wire() map[string]any {
 	}
 	return map[string]any{
 		"ID": s.ID, "Name": s.Name, "Node": consulNodeName, "LockDelay": int64(s.LockDelay),
-		"Behavior": s.Behavior, "TTL": ttl, "NodeChecks": []string{"serfHealth"}, "ServiceChecks": nil,
+		"Behavior": s.Behavior, "TTL": ttl, "Checks": []string{}, "NodeChecks": nonNil(s.NodeChecks), "ServiceChecks": s.serviceChecksWire(),
 		"CreateIndex": s.CreateIndex, "ModifyIndex": s.ModifyIndex,
 	}
+}
+
+func (s *session) serviceChecksWire() []map[string]string {
+	if len(s.ServiceChecks) == 0 {
+		return nil
+	}
+	out := make([]map[string]string, 0, len(s.ServiceChecks))
+	for _, id := range s.ServiceChecks {
+		out = append(out, map[string]string{"ID": id, "Namespace": ""})
+	}
+	return out
 }
 
 // parseConsulDuration reads a duration Consul accepts: "15s", "1000ms", or
@@ -533,7 +558,11 @@ func (c *Consul) sessionCreate(w http.ResponseWriter, r *http.Request) {
 			writeText(w, writeHeaders, http.StatusBadRequest, "Request decode failed: LockDelay: "+err.Error())
 			return
 		}
-		s.LockDelay = d
+		s.LockDelay = min(d, maxLockDelay)
+	}
+	if err := s.parseChecks(body); err != nil {
+		writeText(w, writeHeaders, http.StatusBadRequest, "Request decode failed: "+err.Error())
+		return
 	}
 	if v, ok := body["TTL"]; ok {
 		d, err := parseConsulDuration(v)
@@ -548,6 +577,24 @@ func (c *Consul) sessionCreate(w http.ResponseWriter, r *http.Request) {
 		s.TTL = d
 	}
 	c.mu.Lock()
+	// Consul validates the checks against its catalog in the same write
+	// that creates the session (validateSessionChecksTxn).
+	for _, id := range s.checkIDs() {
+		if id == serfCheckID {
+			continue // the node is alive: the fake has one node, always up
+		}
+		chk, ok := c.checks[id]
+		switch {
+		case !ok:
+			c.mu.Unlock()
+			writeText(w, writeHeaders, http.StatusInternalServerError, fmt.Sprintf("apply failed: Missing check '%s' registration", id))
+			return
+		case chk.Status == consulapi.HealthCritical:
+			c.mu.Unlock()
+			writeText(w, writeHeaders, http.StatusInternalServerError, fmt.Sprintf("apply failed: Check '%s' is in critical state", id))
+			return
+		}
+	}
 	idx := c.nextIndex()
 	s.CreateIndex, s.ModifyIndex = idx, idx
 	c.sessions[s.ID] = s
@@ -555,6 +602,75 @@ func (c *Consul) sessionCreate(w http.ResponseWriter, r *http.Request) {
 	c.mu.Unlock()
 	c.changed.notify()
 	writeJSON(w, writeHeaders, map[string]string{"ID": s.ID})
+}
+
+// serfCheckID is the node's own check, every session's default.
+const serfCheckID = "serfHealth"
+
+// parseChecks reads the checks of a session create as Consul's HTTP
+// handler does: NodeChecks (and the older Checks) default to the node's
+// serfHealth, and a body that names either replaces the default
+// (fixupEmptySessionChecks); ServiceChecks come on top.
+func (s *session) parseChecks(body map[string]any) error {
+	ids := func(name string) ([]string, bool, error) {
+		v, ok := body[name]
+		if !ok || v == nil {
+			return nil, false, nil
+		}
+		list, isList := v.([]any)
+		if !isList {
+			return nil, true, fmt.Errorf("%s: not a list", name)
+		}
+		out := []string{}
+		for _, e := range list {
+			switch x := e.(type) {
+			case string:
+				out = append(out, x)
+			case map[string]any: // ServiceChecks: {"ID": ..., "Namespace": ...}
+				id, _ := x["ID"].(string)
+				out = append(out, id)
+			default:
+				return nil, true, fmt.Errorf("%s: unexpected entry %v", name, e)
+			}
+		}
+		return out, true, nil
+	}
+	checks, hasChecks, err := ids("Checks")
+	if err != nil {
+		return err
+	}
+	nodeChecks, hasNode, err := ids("NodeChecks")
+	if err != nil {
+		return err
+	}
+	serviceChecks, _, err := ids("ServiceChecks")
+	if err != nil {
+		return err
+	}
+	switch {
+	case hasNode:
+		s.NodeChecks = nodeChecks
+	case hasChecks:
+		// The deprecated field: its entries count as node checks here
+		// (the fake has nothing else to tell them apart by).
+		s.NodeChecks = checks
+	default:
+		s.NodeChecks = []string{serfCheckID}
+	}
+	s.ServiceChecks = serviceChecks
+	return nil
+}
+
+// invalidateSessionsOfLocked ends every session bound to a check that
+// turned critical or went away, as Consul does in the write that changes
+// the check (call with c.mu held).
+func (c *Consul) invalidateSessionsOfLocked(checkID string) {
+	for id, s := range c.sessions {
+		if slices.Contains(s.checkIDs(), checkID) {
+			c.log.Debug("session invalidated by its check", "session", id, "check", checkID)
+			c.destroySessionLocked(id)
+		}
+	}
 }
 
 // armSessionLocked (re)starts a session's TTL timer (call with c.mu held).

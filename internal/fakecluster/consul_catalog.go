@@ -202,6 +202,7 @@ func (c *Consul) Register(reg *consulapi.AgentServiceRegistration, replaceChecks
 			if chk.ServiceID == id && !keep[cid] {
 				chk.stop()
 				delete(c.checks, cid)
+				c.invalidateSessionsOfLocked(cid)
 			}
 		}
 	}
@@ -359,6 +360,7 @@ func (c *Consul) deregisterLocked(id string) bool {
 		if chk.ServiceID == id {
 			chk.stop()
 			delete(c.checks, cid)
+			c.invalidateSessionsOfLocked(cid)
 		}
 	}
 	c.nameIndex[s.Name] = idx
@@ -432,6 +434,7 @@ func (c *Consul) setCheckStatus(chk *consulCheck, status, output string) {
 		c.serviceIndex = idx
 		if status == consulapi.HealthCritical {
 			cur.criticalSince = time.Now()
+			c.invalidateSessionsOfLocked(cur.CheckID)
 		} else {
 			cur.criticalSince = time.Time{}
 		}

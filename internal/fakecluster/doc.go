@@ -39,7 +39,12 @@
 // Consul (one agent, one node):
 //   - KV with cas, acquire and release, recurse, deletes with cas;
 //   - sessions: create, renew, destroy, TTL expiry (after twice the TTL, as
-//     Consul does), behaviors release and delete, lock delay;
+//     Consul does), behaviors release and delete, lock delay (applied when
+//     a session holding a key ends, not on release; at most 60 s); bound
+//     to checks (NodeChecks, default serfHealth, and ServiceChecks): refused
+//     on a critical or unregistered check, and invalidated in the write
+//     that turns one critical or removes it (as real Consul 1.16 does:
+//     consulroute's TestLive/LockBoundToCheck runs the same cases there);
 //   - config entries service-defaults, proxy-defaults, service-router,
 //     service-splitter and service-resolver: set (cas too), get, list,
 //     delete, validated as Consul does for what routing needs (splitter

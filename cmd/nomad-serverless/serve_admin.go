@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nomad-serverless/nomad-serverless/activator"
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
+	"github.com/nomad-serverless/nomad-serverless/internal/adminauth"
+)
+
+// adminKeys is what a replica needs to talk to other replicas' admin API and
+// to be talked to: the keyring read from Consul (kept current by follow),
+// a verifier for the writes it serves, and a client that signs what it
+// sends.
+type adminKeys struct {
+	ring     *adminauth.Ring
+	verifier *adminauth.Verifier
+	client   *http.Client
+}
+
+// adminKeysStartTimeout bounds the first read (or creation) of the keyring:
+// serve cannot take or send a write without it, so it says why it cannot
+// start rather than hang on an unresponsive Consul.
+const adminKeysStartTimeout = 30 * time.Second
+
+// keyringSource is what newAdminKeys needs of Consul; *consulroute.Client
+// has it.
+type keyringSource interface {
+	AdminKeys(ctx context.Context) (*adminauth.Keyring, uint64, error)
+	WatchAdminKeys(ctx context.Context, set func(*adminauth.Keyring)) error
+}
+
+// newAdminKeys reads the admin API's keyring from Consul, creating it if this
+// is the first replica ever, and builds the verifier and signing client
+// around it.
+func newAdminKeys(ctx context.Context, src keyringSource, log *slog.Logger, reg prometheus.Registerer) (*adminKeys, error) {
+	rctx, cancel := context.WithTimeout(ctx, adminKeysStartTimeout)
+	defer cancel()
+	kr, _, err := src.AdminKeys(rctx)
+	if err != nil {
+		return nil, fmt.Errorf("sign and verify admin API writes between replicas: %w", err)
+	}
+	ring := &adminauth.Ring{}
+	ring.Set(kr)
+	v, err := adminauth.NewVerifier(adminauth.VerifierConfig{Keys: ring, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	tr, err := adminauth.NewTransport(adminauth.TransportConfig{Keys: ring})
+	if err != nil {
+		return nil, err
+	}
+	// RemoteSink's calls are on the request path of a wake: short timeout.
+	return &adminKeys{ring: ring, verifier: v, client: &http.Client{Timeout: 2 * time.Second, Transport: tr}}, nil
+}
+
+// follow keeps the keyring current (rotations, a deleted key recreated)
+// until ctx ends.
+func (k *adminKeys) follow(ctx context.Context, src keyringSource) error {
+	return src.WatchAdminKeys(ctx, k.ring.Set)
+}
+
+// adminHandler is the admin API: the gateway's health and metrics, the
+// autoscaler's state and demand endpoints, and the gateway's routing state.
+// Only the autoscaler's demand and wake change anything, and guard
+// authenticates them; everything else is a read.
+func adminHandler(gw *activator.Gateway, auto *autoscaler.Autoscaler, guard autoscaler.WriteGuard) (http.Handler, error) {
+	if gw == nil || auto == nil {
+		return nil, errors.New("admin API: gateway and autoscaler are required")
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	base := echo.WrapHandler(gw.AdminHandler())
+	e.GET(activator.HealthPath, base)
+	e.GET(activator.MetricsPath, base)
+	if err := autoscaler.RegisterAdmin(e, auto, guard); err != nil {
+		return nil, fmt.Errorf("admin API: %w", err)
+	}
+	e.GET("/v1/activator/revisions", func(c echo.Context) error { return c.JSON(http.StatusOK, gw.Revisions()) })
+	return e, nil
+}
