@@ -310,7 +310,7 @@ func TestAllocations(t *testing.T) {
 }
 
 func TestRevisionsAndPlan(t *testing.T) {
-	c, r := newTestClient(t, load(t, "008-jobs-list-meta-filter.json"), load(t, "003-job-read.json"))
+	c, r := newTestClient(t, serviceListing(t), load(t, "003-job-read.json"))
 	ctx := testCtx(t)
 	revs, err := c.Revisions(ctx, "default", "hello")
 	if err != nil {
@@ -331,7 +331,7 @@ func TestRevisionsAndPlan(t *testing.T) {
 	svc := spec.NewService("hello")
 	svc.Template.Task.Driver = "raw_exec"
 	svc.Template.Task.Config = map[string]any{"command": "/bin/hello"}
-	c, _ = newTestClient(t, load(t, "008-jobs-list-meta-filter.json"), load(t, "003-job-read.json"))
+	c, _ = newTestClient(t, serviceListing(t), load(t, "003-job-read.json"))
 	p, err := c.Plan(ctx, &svc)
 	if err != nil {
 		t.Fatal(err)
@@ -347,7 +347,7 @@ func TestRevisionsAndPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored.Meta[spec.JobMetaSpecHash] = svc.Template.Hash()
-	c, _ = newTestClient(t, load(t, "008-jobs-list-meta-filter.json"), withJobBody(t, read, &stored))
+	c, _ = newTestClient(t, serviceListing(t), withJobBody(t, read, &stored))
 	p, err = c.Plan(ctx, &svc)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +358,7 @@ func TestRevisionsAndPlan(t *testing.T) {
 
 	// ... unless that revision was stopped.
 	stored.Stop = new(true)
-	c, _ = newTestClient(t, load(t, "008-jobs-list-meta-filter.json"), withJobBody(t, read, &stored))
+	c, _ = newTestClient(t, serviceListing(t), withJobBody(t, read, &stored))
 	if p, err = c.Plan(ctx, &svc); err != nil || p.Unchanged || p.Revision.Generation != 2 {
 		t.Errorf("plan over a stopped revision = %+v, %v; want generation 2", p, err)
 	}
@@ -367,7 +367,7 @@ func TestRevisionsAndPlan(t *testing.T) {
 // allRevisionsList is the recorded list answered for the all-namespace
 // filter the client uses.
 func allRevisionsList(t *testing.T) fixtures.Exchange {
-	e := load(t, "008-jobs-list-meta-filter.json")
+	e := serviceListing(t)
 	e.Name = "jobs-list-all-ours"
 	e.Request.Query = fixtures.Query{"filter": {`"serverless.service" in Meta`}}
 	return e
@@ -400,7 +400,7 @@ func TestAllRevisionsAndServices(t *testing.T) {
 }
 
 func TestNamespaceLearnedFromListing(t *testing.T) {
-	list := load(t, "008-jobs-list-meta-filter.json")
+	list := serviceListing(t)
 	var stubs []map[string]any
 	if err := json.Unmarshal(list.Response.BodyBytes(), &stubs); err != nil {
 		t.Fatal(err)
@@ -579,4 +579,15 @@ func TestCanceledContextIsNotTransient(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || IsTransient(err) {
 		t.Errorf("err = %v, want context.Canceled, not transient", err)
 	}
+}
+
+// serviceListing is fixture 008 (a job listing filtered on the service's
+// meta) as Revisions asks for it now: with the revision-name prefix too,
+// which Nomad applies first (its ID index) and which changes nothing in the
+// answer.
+func serviceListing(t *testing.T) fixtures.Exchange {
+	t.Helper()
+	e := load(t, "008-jobs-list-meta-filter.json")
+	e.Request.Query.Set("prefix", "hello-")
+	return e
 }
