@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -159,8 +161,12 @@ func (d *deployer) run(ctx context.Context, e *env, services []parsedService) in
 	// Decide and check everything first: a refused deploy changes nothing.
 	var plans []servicePlan
 	failed := false
+	inUse, err := d.serviceNamespaces(ctx)
+	if err != nil {
+		return errorLine(e, "deploy", err)
+	}
 	for _, ps := range services {
-		sp, diagOK, err := d.planService(ctx, e, ps)
+		sp, diagOK, err := d.planService(ctx, e, ps, inUse)
 		if err != nil {
 			return errorLine(e, "deploy", err)
 		}
@@ -183,7 +189,7 @@ func (d *deployer) run(ctx context.Context, e *env, services []parsedService) in
 
 // planService plans one service and checks its traffic against the revisions
 // that exist; problems are printed as located diagnostics.
-func (d *deployer) planService(ctx context.Context, e *env, ps parsedService) (servicePlan, bool, error) {
+func (d *deployer) planService(ctx context.Context, e *env, ps parsedService, inUse map[string][]string) (servicePlan, bool, error) {
 	svc := ps.service()
 	sp := servicePlan{parsedService: ps}
 	var err error
@@ -199,9 +205,12 @@ func (d *deployer) planService(ctx context.Context, e *env, ps parsedService) (s
 		delete(known, rev)
 	}
 	problems := spec.ValidateTrafficRevisions(svc, known)
-	taken, err := d.namespacesUsing(ctx, svc)
-	if err != nil {
-		return sp, false, err
+	ns := cmp.Or(svc.Namespace, spec.DefaultNamespace)
+	var taken []string
+	for _, n := range inUse[svc.Name] {
+		if n != ns {
+			taken = append(taken, n)
+		}
 	}
 	if len(taken) > 0 {
 		problems = append(problems, spec.Problem{
@@ -219,38 +228,37 @@ func (d *deployer) planService(ctx context.Context, e *env, ps parsedService) (s
 	return sp, true, nil
 }
 
-// namespacesUsing lists the other namespaces that have a service of svc's
-// name: a record in Consul, or revision jobs in Nomad. Nomad is asked on a
-// best-effort basis: a token that may not list every namespace still
-// deploys, and Consul's records (every published service has one) are the
-// check that counts.
-func (d *deployer) namespacesUsing(ctx context.Context, svc *spec.Service) ([]string, error) {
-	ns := svc.Namespace
-	if ns == "" {
-		ns = spec.DefaultNamespace
+// serviceNamespaces lists, by service name, the namespaces that have a
+// service: a record in Consul, or revision jobs in Nomad. It is read once
+// per deploy, however many services the files hold (once per service made
+// a deploy of many services quadratic: every call lists every record and
+// every job). Nomad is asked on a best-effort basis: a token that may not
+// list every namespace still deploys, and Consul's records (every
+// published service has one) are the check that counts.
+func (d *deployer) serviceNamespaces(ctx context.Context) (map[string][]string, error) {
+	seen := map[string]map[string]bool{}
+	add := func(name, ns string) {
+		if seen[name] == nil {
+			seen[name] = map[string]bool{}
+		}
+		seen[name][ns] = true
 	}
-	seen := map[string]bool{}
 	recs, err := d.consul.Records(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("check that %s is not used in another namespace: %w", svc.Name, err)
+		return nil, fmt.Errorf("check that no service is used in another namespace: %w", err)
 	}
 	for _, r := range recs {
-		if r.Service.Name == svc.Name && r.Namespace() != ns {
-			seen[r.Namespace()] = true
-		}
+		add(r.Service.Name, r.Namespace())
 	}
 	if refs, err := d.nomad.AllServices(ctx); err == nil {
 		for _, r := range refs {
-			if r.Name == svc.Name && r.Namespace != ns {
-				seen[r.Namespace] = true
-			}
+			add(r.Name, r.Namespace)
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for n := range seen {
-		out = append(out, n)
+	out := make(map[string][]string, len(seen))
+	for name, nss := range seen {
+		out[name] = slices.Sorted(maps.Keys(nss))
 	}
-	slices.Sort(out)
 	return out, nil
 }
 
