@@ -106,7 +106,11 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return err
 	}
 	cat := catalog.New()
-	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: nomad, Tick: o.tick, Logger: log, Registerer: reg})
+	tags := newRevisionTags()
+	// Scaling to zero registers this replica's stand-in first (make before
+	// break for catalog-driven proxies).
+	scaler := standInFirst{scaler: nomad, src: consul, cat: cat, tags: tags, addr: advertise, port: gwPort, log: log}
+	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: scaler, Tick: o.tick, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -146,7 +150,6 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		}()
 	}
 
-	tags := newRevisionTags()
 	listed := make(chan struct{})
 	goRun("follow Nomad", func(ctx context.Context) error {
 		return feedNomad(ctx, nomad, cat, tags, func() { close(listed) }, log)

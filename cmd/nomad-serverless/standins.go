@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 )
@@ -144,4 +145,37 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 		case <-time.After(10 * time.Second): // retry failed registrations; sweep
 		}
 	}
+}
+
+// standInFirst is the autoscaler's Scaler in serve: before it takes a
+// revision to zero it registers this replica's stand-in for it, so a
+// catalog-driven proxy (Fabio, Traefik) never sees the revision without a
+// passing instance. The keeper alone would register the stand-in only once
+// Nomad's event of the new count reached it, a race with Nomad's client
+// deregistering the last instance that the client can win (on one dev
+// agent it deregisters 2 to 32 ms after the scale call). Registering is
+// idempotent; the keeper wants the stand-in too (the count is 0) and takes
+// it over, and if the scale call fails its minute sweep adopts the stand-in
+// and removes it while the revision still has instances.
+type standInFirst struct {
+	scaler autoscaler.Scaler
+	src    standInSource
+	cat    *catalog.Catalog
+	tags   *revisionTags
+	addr   string
+	port   int
+	log    *slog.Logger
+}
+
+func (s standInFirst) Scale(ctx context.Context, revision string, count int, reason string, meta map[string]string) error {
+	if count == 0 {
+		if r, ok := s.cat.Revision(revision); ok {
+			if err := s.src.RegisterStandIn(ctx, revision, r.Service, s.addr, s.port, s.tags.get(revision)...); err != nil {
+				// Scale anyway: a proxy's route may blink, the revision
+				// still goes to zero as decided.
+				s.log.Warn("register the activator stand-in before scaling to zero", "revision", revision, "err", err)
+			}
+		}
+	}
+	return s.scaler.Scale(ctx, revision, count, reason, meta)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -180,5 +181,42 @@ func TestStandInKeeperCleansUpAfterEarlierReplicas(t *testing.T) {
 	f.mu.Unlock()
 	if slices.Contains(removed, "kept-00001-activator-me") {
 		t.Errorf("the keeper removed a stand-in it still wants (it should adopt it): removed %v", removed)
+	}
+}
+
+// recordingScaler records scale calls with the stand-ins registered at the
+// moment of each.
+type recordingScaler struct {
+	f     *fakeStandIns
+	calls []string
+}
+
+func (r *recordingScaler) Scale(_ context.Context, rev string, n int, _ string, _ map[string]string) error {
+	r.calls = append(r.calls, fmt.Sprintf("%s=%d %v", rev, n, r.f.ids()))
+	return nil
+}
+
+// Scaling to zero registers the stand-in before Nomad is told: the route
+// of a catalog-driven proxy is never left without a passing instance.
+func TestStandInFirstRegistersBeforeScalingToZero(t *testing.T) {
+	f := newFakeStandIns("me")
+	cat := catalog.New()
+	cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello", Desired: 2})
+	tags := newRevisionTags()
+	tags.set("hello-00001", []string{"urlprefix-hello.example.com/"})
+	rec := &recordingScaler{f: f}
+	s := standInFirst{scaler: rec, src: f, cat: cat, tags: tags, addr: "127.0.0.1", port: 8080, log: quietLog}
+	ctx := context.Background()
+	for _, n := range []int{1, 0} {
+		if err := s.Scale(ctx, "hello-00001", n, "test", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"hello-00001=1 []", "hello-00001=0 [hello-00001-activator-me]"}
+	if !slices.Equal(rec.calls, want) {
+		t.Errorf("scale calls %q, want %q (no stand-in for a scale to 1, one before a scale to 0)", rec.calls, want)
+	}
+	if got := f.tags["hello-00001"]; !slices.Equal(got, []string{"urlprefix-hello.example.com/"}) {
+		t.Errorf("the stand-in's tags %v, want the revision's", got)
 	}
 }
