@@ -116,8 +116,17 @@ func TestContractGroupTasksLifecycle(t *testing.T) {
 	if user.Lifecycle != nil {
 		t.Errorf("user task has a lifecycle %+v; it is the main task", user.Lifecycle)
 	}
-	if proxy.Lifecycle == nil || proxy.Lifecycle.Hook != "prestart" || !proxy.Lifecycle.Sidecar {
-		t.Errorf("queue-proxy lifecycle = %+v, want prestart sidecar", proxy.Lifecycle)
+	// Beside a container whose app port is published (docker, host
+	// networking) the sidecar starts once the container runs: see
+	// sidecarHook. Everywhere else it starts first.
+	if proxy.Lifecycle == nil || proxy.Lifecycle.Hook != "poststart" || !proxy.Lifecycle.Sidecar {
+		t.Errorf("queue-proxy lifecycle beside a published container = %+v, want poststart sidecar", proxy.Lifecycle)
+	}
+	for name, svc := range map[string]spec.Service{"raw_exec": rawExecBinary(), "bridge": bridgeConnect()} {
+		_, other := mustCompile(t, svc, 1, testOptions())
+		if lc := taskByName(t, other.TaskGroups[0], spec.SidecarTaskName).Lifecycle; lc == nil || lc.Hook != "prestart" || !lc.Sidecar {
+			t.Errorf("queue-proxy lifecycle beside a %s app = %+v, want prestart sidecar", name, lc)
+		}
 	}
 	if *proxy.KillTimeout != *user.KillTimeout {
 		t.Errorf("sidecar kill_timeout %s, user %s: want equal", *proxy.KillTimeout, *user.KillTimeout)

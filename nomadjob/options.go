@@ -24,7 +24,7 @@ const (
 
 	// DefaultShutdownDelay is the group's shutdown_delay: Nomad
 	// deregisters the instance from Consul, waits this long, and only
-	// then sends SIGTERM (main tasks first, the prestart sidecar after).
+	// then sends SIGTERM (main tasks first, the sidecar after).
 	// It must cover the time for everything routing from Consul to drop
 	// the instance: our gateway sees it within a blocking-query round
 	// trip (well under a second), catalog-driven proxies within their

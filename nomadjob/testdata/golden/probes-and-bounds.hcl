@@ -139,7 +139,7 @@ job "api-00003" {
       kill_timeout = "30s"
 
       lifecycle {
-        hook    = "prestart"
+        hook    = "poststart"
         sidecar = true
       }
 

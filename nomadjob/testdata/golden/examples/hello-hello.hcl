@@ -124,7 +124,7 @@ job "hello-00001" {
       kill_timeout = "30s"
 
       lifecycle {
-        hook    = "prestart"
+        hook    = "poststart"
         sidecar = true
       }
 

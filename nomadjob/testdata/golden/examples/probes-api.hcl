@@ -139,7 +139,7 @@ job "api-00001" {
       kill_timeout = "30s"
 
       lifecycle {
-        hook    = "prestart"
+        hook    = "poststart"
         sidecar = true
       }
 

@@ -140,7 +140,7 @@ job "worker-00001" {
       kill_timeout = "30s"
 
       lifecycle {
-        hook    = "prestart"
+        hook    = "poststart"
         sidecar = true
       }
 

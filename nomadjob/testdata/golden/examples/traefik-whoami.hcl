@@ -125,7 +125,7 @@ job "whoami-00001" {
       kill_timeout = "30s"
 
       lifecycle {
-        hook    = "prestart"
+        hook    = "poststart"
         sidecar = true
       }
 
