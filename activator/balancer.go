@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
-	"time"
 )
 
 // Policy is how the gateway picks one of a revision's routable instances.
@@ -65,10 +64,9 @@ type backend struct {
 	// inflight is the number of requests this replica has sent and not yet
 	// finished; reservations use CAS so the limit is never exceeded.
 	inflight atomic.Int32
-	// refusedUntil (unix nanoseconds) marks an instance that refused a
-	// connection: it is skipped until then. 0 is the common case and costs
-	// one load.
-	refusedUntil atomic.Int64
+	// ejected marks an instance out of balancing until its probe passes
+	// (ejection.go); false is the common case and costs one load.
+	ejected atomic.Bool
 	// pad keeps two backends' hot counters off one cache line.
 	_ [40]byte
 	// pool holds kept-alive connections to the instance (forward.go).
@@ -92,16 +90,8 @@ func (b *backend) tryReserve(limit int32) bool {
 	}
 }
 
-func (b *backend) usable(now *int64) bool {
-	until := b.refusedUntil.Load()
-	if until == 0 {
-		return true
-	}
-	if *now == 0 {
-		*now = time.Now().UnixNano()
-	}
-	return *now >= until
-}
+// usable reports whether b is in balancing (not ejected).
+func (b *backend) usable() bool { return !b.ejected.Load() }
 
 // pool is an immutable set of routable backends with the policy that picks
 // among them. A new pool is built when the set changes; the backends (and
@@ -121,11 +111,10 @@ func (p *pool) acquire() *backend {
 	if n == 0 {
 		return nil
 	}
-	var now int64
 	switch p.policy {
 	case PolicyFirstAvailable:
 		for _, b := range p.backends {
-			if b.usable(&now) && b.tryReserve(p.limit) {
+			if b.usable() && b.tryReserve(p.limit) {
 				return b
 			}
 		}
@@ -134,7 +123,7 @@ func (p *pool) acquire() *backend {
 		start := int(p.rr.Add(1) % uint32(n))
 		for k := range n {
 			b := p.backends[(start+k)%n]
-			if b.usable(&now) && b.tryReserve(p.limit) {
+			if b.usable() && b.tryReserve(p.limit) {
 				return b
 			}
 		}
@@ -150,27 +139,27 @@ func (p *pool) acquire() *backend {
 			if b.inflight.Load() < a.inflight.Load() {
 				a, b = b, a
 			}
-			if a.usable(&now) && a.tryReserve(p.limit) {
+			if a.usable() && a.tryReserve(p.limit) {
 				return a
 			}
-			if b.usable(&now) && b.tryReserve(p.limit) {
+			if b.usable() && b.tryReserve(p.limit) {
 				return b
 			}
 		}
-		return p.leastLoaded(&now)
+		return p.leastLoaded()
 	default: // PolicyLeastLoaded
-		return p.leastLoaded(&now)
+		return p.leastLoaded()
 	}
 }
 
 // leastLoaded scans every backend; a lost CAS race rescans, at most n times.
-func (p *pool) leastLoaded(now *int64) *backend {
+func (p *pool) leastLoaded() *backend {
 	for range len(p.backends) {
 		var best *backend
 		bestN := int32(-1)
 		for _, b := range p.backends {
 			c := b.inflight.Load()
-			if (p.limit != 0 && c >= p.limit) || !b.usable(now) {
+			if (p.limit != 0 && c >= p.limit) || !b.usable() {
 				continue
 			}
 			if best == nil || c < bestN {
@@ -189,9 +178,8 @@ func (p *pool) leastLoaded(now *int64) *backend {
 
 // free reports whether some backend has a free slot now.
 func (p *pool) free() bool {
-	var now int64
 	for _, b := range p.backends {
-		if (p.limit == 0 || b.inflight.Load() < p.limit) && b.usable(&now) {
+		if (p.limit == 0 || b.inflight.Load() < p.limit) && b.usable() {
 			return true
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 func testPool(n int, limit int32, policy Policy) *pool {
@@ -134,15 +133,38 @@ func TestLeastLoadedAndP2CPreferIdle(t *testing.T) {
 	}
 }
 
-func TestRefusedInstanceIsSkippedForAWhile(t *testing.T) {
-	p := testPool(2, 0, PolicyFirstAvailable)
-	p.backends[0].refusedUntil.Store(time.Now().Add(time.Hour).UnixNano())
-	if b := p.acquire(); b != p.backends[1] {
-		t.Fatalf("picked the refused instance")
-	}
-	p.backends[0].refusedUntil.Store(time.Now().Add(-time.Second).UnixNano())
-	if b := p.acquire(); b != p.backends[0] {
-		t.Fatalf("the instance is still skipped after its pause")
+// An ejected instance is never picked, by any policy, until restored; with
+// every instance ejected there is no capacity (requests wait).
+func TestEjectedInstanceIsSkippedUntilRestored(t *testing.T) {
+	for _, policy := range []Policy{PolicyFirstAvailable, PolicyRoundRobin, PolicyPowerOfTwo, PolicyLeastLoaded} {
+		for _, limit := range []int32{0, 10} {
+			p := testPool(3, limit, policy)
+			// The ejected one is also the least loaded: the trap the
+			// issue measured (a dead instance answers fastest).
+			p.backends[1].inflight.Store(1)
+			p.backends[2].inflight.Store(1)
+			if !p.backends[0].eject() || p.backends[0].eject() {
+				t.Fatal("eject: exactly one call takes an instance out")
+			}
+			for range 50 {
+				b := p.acquire()
+				if b == nil || b == p.backends[0] {
+					t.Fatalf("%s limit %d: picked %v, the ejected instance or none", policy, limit, b)
+				}
+				b.inflight.Add(-1)
+			}
+			p.backends[1].eject()
+			p.backends[2].eject()
+			if b := p.acquire(); b != nil || p.free() {
+				t.Fatalf("%s limit %d: every instance ejected, yet %v picked (free=%v)", policy, limit, b, p.free())
+			}
+			if !p.backends[0].restore() || p.backends[0].restore() {
+				t.Fatal("restore: exactly one call puts an instance back")
+			}
+			if b := p.acquire(); b != p.backends[0] {
+				t.Fatalf("%s limit %d: the restored instance is not picked: %v", policy, limit, b)
+			}
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/internal/h1"
 	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/internal/rawio"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // forwardH1 proxies a plain HTTP/1.x request without a body (the common
@@ -37,25 +39,33 @@ import (
 // client appended and X-Forwarded-Host/Proto are set when absent; response
 // trailers pass through; a response of unknown length is flushed as it
 // arrives; an instance failure after the response started aborts the
-// client connection instead of ending the response cleanly. A dial refused
-// is retried on another instance; a reused connection the instance closed
-// before answering is retried once on a new one for the methods
-// http.Transport replays (h1.Replayable).
+// client connection instead of ending the response cleanly.
+//
+// Failures before the response (retry.go, ejection.go): a kept-alive
+// connection the instance closed as it was reused is replaced by a new one
+// to the same instance when the request is replayable (h1.Replayable) or
+// nothing of it was written; a request that must not be sent twice is
+// never written on a connection closed meanwhile (rawio.Quiet looks
+// first). A failure that proves the app never saw the request (dial
+// failed, nothing written, the sidecar's NotServed 502) sends it to
+// another instance whatever its method, within the revision's retry
+// budget; one that proves the instance cannot serve ejects it.
 func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, deadline time.Time) {
-	retryable := h1.Replayable(r.Method)
+	replayable := h1.Replayable(r.Method)
 	fresh := false
 	for {
-		uc, reused, err := f.b.conn(deadline, fresh)
+		uc, reused, err := f.b.conn(deadline, fresh, !replayable)
 		if err != nil {
-			if refusedBeforeSend(err) && f.tries < maxRetries {
-				if f.reacquire(r, deadline) {
-					continue
-				}
-				f.status = g.writeAcquireError(w, r, f.rev, f.rev.cfg.Load(), f.err)
+			fl := classifyDial(err)
+			if !fl.retryable() {
+				f.status = g.upstreamFailed(w, r, f, err, deadline)
 				return
 			}
-			f.status = g.upstreamFailed(w, r, f, err, deadline)
-			return
+			if !g.retryElsewhere(w, r, f, fl, err, deadline) {
+				return
+			}
+			fresh = false
+			continue
 		}
 		res, err := g.exchangeH1(w, r, f, uc, deadline)
 		if err == nil && res.keep {
@@ -68,9 +78,9 @@ func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, 
 		}
 		// A kept-alive connection the instance closed just as we reused it
 		// (no byte came back): like http.Transport, send again on a new
-		// connection if the request is replayable, or if the close was
-		// clean (EOF), which means the instance never read it.
-		if !res.gotResponse && reused && !fresh && (retryable || errors.Is(err, io.EOF)) && r.Context().Err() == nil {
+		// connection if the request is replayable, or if none of it was
+		// written.
+		if !res.gotResponse && reused && !fresh && (replayable || !res.wrote) && r.Context().Err() == nil {
 			fresh = true
 			continue
 		}
@@ -81,19 +91,64 @@ func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, 
 			// Do not let net/http end a cut response as if complete.
 			panic(http.ErrAbortHandler)
 		}
-		f.status = g.upstreamFailed(w, r, f, err, deadline)
-		return
+		fl := failOther
+		switch {
+		case errors.Is(err, errNotServed):
+			fl = failNotServed
+		case !res.wrote && !res.gotResponse:
+			fl = failUnsent
+		}
+		if !fl.retryable() || r.Context().Err() != nil {
+			f.status = g.upstreamFailed(w, r, f, err, deadline)
+			return
+		}
+		if !g.retryElsewhere(w, r, f, fl, err, deadline) {
+			return
+		}
+		fresh = false
 	}
 }
 
-// reacquire gives up the slot on an instance that refused the connection
-// and reserves one on another (waiting in the queue if need be).
+// retryElsewhere handles a retryable failure fl of the attempt at f.b: the
+// instance is ejected if fl says so, and the request goes to another
+// instance if its tries and the revision's budget allow (true: f.b is the
+// new one). Otherwise the request is answered here (false).
+func (g *Gateway) retryElsewhere(w http.ResponseWriter, r *http.Request, f *forward, fl failure, err error, deadline time.Time) bool {
+	if fl.ejects() {
+		g.ejectBackend(f.rev, f.b, fl)
+	}
+	if why := f.mayRetry(); why != "" {
+		f.status = g.notRetried(w, f, fl, err, why)
+		return false
+	}
+	if f.reacquire(r, deadline) {
+		return true
+	}
+	f.status = g.writeAcquireError(w, r, f.rev, f.rev.cfg.Load(), f.err)
+	return false
+}
+
+// mayRetry takes a retry from the request's tries and the revision's
+// budget, or says why not.
+func (f *forward) mayRetry() string {
+	if f.tries >= maxRetries {
+		f.rev.metrics.triesExhausted.Inc()
+		return fmt.Sprintf("it was tried %d times", f.tries+1)
+	}
+	if !f.rev.budget.withdraw(time.Now()) {
+		f.rev.metrics.budgetDenied.Inc()
+		return "the revision's retry budget is spent (many of its requests fail this way at once)"
+	}
+	return ""
+}
+
+// reacquire gives up the slot on the failed instance and reserves one on
+// another (waiting in the queue if need be).
 func (f *forward) reacquire(r *http.Request, deadline time.Time) bool {
 	g := f.g
 	f.tries++
 	f.rev.metrics.retries.Inc()
-	f.b.refusedUntil.Store(time.Now().Add(refusedPause).UnixNano())
-	g.log.Debug("instance refused the connection; retrying on another", "revision", f.rev.name, "instance", f.b.hostPort)
+	g.log.Debug("instance could not serve the request; retrying on another", "revision", f.rev.name, "instance", f.b.hostPort)
 	f.rev.release(f.b)
 	f.b = nil
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
@@ -105,6 +160,21 @@ func (f *forward) reacquire(r *http.Request, deadline time.Time) bool {
 	}
 	f.b = b
 	return true
+}
+
+// notRetried answers a request that never reached an app but may not be
+// retried (why), and returns the status: 503, so that the client knows it
+// may send it again.
+func (g *Gateway) notRetried(w http.ResponseWriter, f *forward, fl failure, err error, why string) int {
+	addr := ""
+	if f.b != nil {
+		addr = f.b.hostPort
+	}
+	g.log.Warn("request not retried", "revision", f.rev.name, "instance", addr, "reason", fl.String(), "why", why, "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "instance %s of revision %s could not serve the request (%s; it did not reach the app) and it is not retried here: %s; retry",
+		addr, f.rev.name, fl, why)
+	return http.StatusServiceUnavailable
 }
 
 // upstreamFailed answers a request whose instance failed before the
@@ -131,6 +201,7 @@ var errClientWrite = errors.New("write to client failed")
 
 // h1Result says how far an exchange got.
 type h1Result struct {
+	wrote       bool // a byte of the request reached the connection
 	gotResponse bool // a response head arrived
 	headerSent  bool // the response head went to the client
 	keep        bool // the connection can serve another request
@@ -141,8 +212,11 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 	uc.begin(r.Context(), deadline)
 	defer uc.end()
 
+	before := uc.rw.Written()
 	writeRequestHead(uc.bw, r, f.rev.header[0])
-	if err := uc.bw.Flush(); err != nil {
+	err := uc.bw.Flush()
+	res.wrote = err == nil || uc.rw.Written() > before
+	if err != nil {
 		return res, err
 	}
 	var (
@@ -170,6 +244,12 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 		}
 	}
 	res.gotResponse = true
+	if status == http.StatusBadGateway && hasNotServed(block) {
+		// The sidecar's word that its app did not serve the request: the
+		// caller may send it elsewhere, so nothing goes to the client.
+		res.keep = discardResponse(uc, status, http11, block, r.Method == http.MethodHead)
+		return res, errNotServed
+	}
 	f.status = status
 	if status == http.StatusSwitchingProtocols {
 		return res, errors.New("instance switched protocols for a request that asked for no upgrade")
@@ -326,7 +406,7 @@ func parseHead(status int, http11 bool, block []byte, dst http.Header, head bool
 			te = v
 			continue
 		}
-		if k != "Trailer" && h1.HopByHop(k) {
+		if k != "Trailer" && h1.HopByHop(k) || k == notServedKey {
 			continue
 		}
 		if old, ok := dst[k]; ok {
@@ -469,6 +549,37 @@ func (uc *upConn) readTrailers(dst http.Header) error {
 			dst[http.TrailerPrefix+k] = append(dst[http.TrailerPrefix+k], strings.TrimSpace(v))
 		}
 	}
+}
+
+// hasNotServed reports whether a response head's block (after the status
+// line) has spec.NotServedHeader; only 502s are looked at.
+func hasNotServed(block []byte) bool {
+	for rest := block; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		name, _, ok := bytes.Cut(line, []byte(":"))
+		if ok && bytes.EqualFold(name, notServedName) {
+			return true
+		}
+	}
+	return false
+}
+
+var notServedName = []byte(spec.NotServedHeader)
+
+// discardResponse reads the body of a response the gateway does not pass
+// on, and reports whether the connection can serve another request.
+func discardResponse(uc *upConn, status int, http11 bool, block []byte, head bool) bool {
+	h, err := parseHead(status, http11, block, http.Header{}, head, nil)
+	if err != nil || !h.keepAlive || h.hasBody && (h.chunked || h.length < 0 || h.length > 64<<10) {
+		return false
+	}
+	if h.hasBody {
+		if _, err := uc.br.Discard(int(h.length)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func lastToken(s string) string {
@@ -664,9 +775,12 @@ type connPool struct {
 }
 
 // conn returns a connection to the backend: an idle one unless fresh, or a
-// new one. reused tells which.
-func (b *backend) conn(deadline time.Time, fresh bool) (uc *upConn, reused bool, err error) {
-	if !fresh {
+// new one. reused tells which. With check, an idle connection is looked at
+// first (rawio.Quiet, one system call) and dropped if the sidecar closed or
+// reset it: a request that must not be sent twice goes on a live one or a
+// new one.
+func (b *backend) conn(deadline time.Time, fresh, check bool) (uc *upConn, reused bool, err error) {
+	for !fresh {
 		b.pool.mu.Lock()
 		if n := len(b.pool.idle); n > 0 {
 			uc = b.pool.idle[n-1]
@@ -674,9 +788,14 @@ func (b *backend) conn(deadline time.Time, fresh bool) (uc *upConn, reused bool,
 			b.pool.idle = b.pool.idle[:n-1]
 		}
 		b.pool.mu.Unlock()
-		if uc != nil {
+		if uc == nil {
+			break
+		}
+		if !check || rawio.Quiet(uc.nc) {
 			return uc, true, nil
 		}
+		uc.nc.Close()
+		uc = nil
 	}
 	d := net.Dialer{Timeout: dialTimeout, Deadline: deadline, KeepAlive: 30 * time.Second}
 	nc, err := d.Dial("tcp", b.hostPort)

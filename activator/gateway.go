@@ -14,6 +14,16 @@
 // when it changes and swapped in atomically, so requests take no lock to be
 // routed.
 //
+// Faults (retry.go, ejection.go): a request that provably never reached an
+// app (the dial to the sidecar failed, the connection broke before a byte
+// was sent, or the sidecar answered with spec.NotServedHeader) goes to
+// another instance whatever its method, its body replayed, within the
+// revision's retry budget; an instance that failed like that leaves
+// balancing at once and comes back only when its probe passes. Every
+// request gets exactly one response: one that starts before its body was
+// read closes the connection, and Listener screens heads a front proxy
+// could frame differently (keepalive.ScreenConn).
+//
 // Plain HTTP/1.1 requests (no body, no upgrade: most traffic) cross the
 // gateway on its own paths at both ends: keep-alive client connections are
 // taken from net/http into a loop of the gateway's (keepalive.go, package
@@ -44,6 +54,7 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
 )
 
 // Autoscaler is what the activator needs from the autoscaler: somewhere to
@@ -123,10 +134,6 @@ const (
 	ebcInterval    = 250 * time.Millisecond
 	wakeInterval   = time.Second
 	sweepInterval  = 100 * time.Millisecond
-	// refusedPause is how long an instance that refused a connection is
-	// skipped; maxRetries bounds the retries of one request.
-	refusedPause = time.Second
-	maxRetries   = 3
 	// takeOverDrain bounds how long Run waits, when it ends, for requests
 	// on taken-over connections (serve's own shutdown allows 30s).
 	takeOverDrain = 30 * time.Second
@@ -336,8 +343,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		case <-g.rebuildCh:
 			g.safeRebuild()
 		case <-sweep.C:
-			// Hands slots to waiters whose instance came back from a
-			// refused connection (nothing else signals that).
+			// A safety net for waiters: every release, new pool and
+			// restored instance dispatches already.
 			for _, r := range g.table.Load().revisions {
 				r.dispatch()
 			}
@@ -458,6 +465,10 @@ func (g *Gateway) maybeWake(r *revision) {
 // header size, read-header and idle timeouts. Per-request read and write
 // deadlines are set by ServeHTTP from the revision's timeout.
 //
+// Serve it on Listener(ln): heads net/http would take but a front proxy
+// could frame differently are refused there (the keep-alive loop screens
+// the connections it takes over itself).
+//
 // Its keep-alive connections with plain requests are served by the
 // gateway's own loop (keepalive.go). Shutdown closes them as it closes its
 // own (idle ones at once, busy ones after their response), but it does
@@ -480,6 +491,17 @@ func (g *Gateway) Server(addr string) *http.Server {
 	}
 	srv.RegisterOnShutdown(t.shutdown)
 	return srv
+}
+
+// Listener screens the connections ln accepts for a server from Server
+// (serve it with srv.Serve(g.Listener(ln))): request heads that net/http
+// would take but a front proxy could frame differently (Content-Length
+// with Transfer-Encoding, duplicate Content-Length, obs-fold, chunked
+// HTTP/1.0) are answered 400 and close the connection, and nothing of
+// them reaches an instance. Connections the keep-alive loop takes over
+// are screened by the loop from then on. See keepalive.ScreenConn.
+func (g *Gateway) Listener(ln net.Listener) net.Listener {
+	return keepalive.ScreenListener{Listener: ln, MaxHead: g.cfg.MaxHeaderBytes + 4<<10}
 }
 
 // stopTakeOvers closes the taken-over connections (idle ones at once, busy

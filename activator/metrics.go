@@ -20,6 +20,8 @@ type metrics struct {
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	retries     *prometheus.CounterVec
+	notRetried  *prometheus.CounterVec
+	ejections   *prometheus.CounterVec
 	rejected    *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
 	wakes       *prometheus.CounterVec
@@ -37,6 +39,9 @@ type revisionMetrics struct {
 	codes           [len(codeClasses)]prometheus.Counter
 	duration        prometheus.Observer
 	retries         prometheus.Counter
+	budgetDenied    prometheus.Counter
+	triesExhausted  prometheus.Counter
+	ejections       prometheus.Counter
 	rejectedFull    prometheus.Counter
 	rejectedTimeout prometheus.Counter
 	queueWait       prometheus.Observer
@@ -57,7 +62,15 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		}, lbl),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: gwNS, Name: "retries_total",
-			Help: "Requests sent to another instance because the first refused the connection before any byte was sent.",
+			Help: "Requests sent to another instance because the one tried could not serve them and provably never ran them (connection refused or broken before a byte was sent, or the sidecar said its app is unreachable).",
+		}, lbl),
+		notRetried: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: gwNS, Name: "retries_denied_total",
+			Help: "Retryable failures answered instead of retried: reason budget (the revision's retry budget was spent) or tries (the request's retries were used up).",
+		}, append(lbl, "reason")),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: gwNS, Name: "ejections_total",
+			Help: "Instances taken out of balancing until their probe passes, after a failure that proves they cannot serve.",
 		}, lbl),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: actNS, Name: "rejected_total",
@@ -74,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		}, lbl),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: actNS, Name: "probes_total",
-			Help: "Direct probes of new allocations' sidecars, by result (ready, not_ready, error).",
+			Help: "Direct probes of sidecars, of new allocations and of instances taken out of balancing, by result (ready, not_ready, error).",
 		}, []string{"revision", "result"}),
 		probeReady: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: actNS, Name: "probe_ready_seconds",
@@ -99,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		}, []string{"result"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.requests, m.duration, m.retries, m.rejected, m.queueWait, m.wakes,
+		m.requests, m.duration, m.retries, m.notRetried, m.ejections, m.rejected, m.queueWait, m.wakes,
 		m.probes, m.probeReady, m.unknownHost, m.panics, m.rebuilds, m.reports,
 		&stateCollector{g: g},
 	} {
@@ -114,6 +127,9 @@ func (m *metrics) forRevision(service, revision string) *revisionMetrics {
 	rm := &revisionMetrics{
 		duration:        m.duration.WithLabelValues(service, revision),
 		retries:         m.retries.WithLabelValues(service, revision),
+		budgetDenied:    m.notRetried.WithLabelValues(service, revision, "budget"),
+		triesExhausted:  m.notRetried.WithLabelValues(service, revision, "tries"),
+		ejections:       m.ejections.WithLabelValues(service, revision),
 		rejectedFull:    m.rejected.WithLabelValues(service, revision, "queue_full"),
 		rejectedTimeout: m.rejected.WithLabelValues(service, revision, "queue_timeout"),
 		queueWait:       m.queueWait.WithLabelValues(service, revision),
@@ -131,6 +147,8 @@ func (m *metrics) forget(service, revision string) {
 	m.requests.DeletePartialMatch(l)
 	m.duration.DeletePartialMatch(l)
 	m.retries.DeletePartialMatch(l)
+	m.notRetried.DeletePartialMatch(l)
+	m.ejections.DeletePartialMatch(l)
 	m.rejected.DeletePartialMatch(l)
 	m.queueWait.DeletePartialMatch(l)
 	m.wakes.DeletePartialMatch(l)

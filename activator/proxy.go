@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/internal/h1"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -22,13 +21,17 @@ import (
 // map access on the hot path.
 var revisionHeaderKey = http.CanonicalHeaderKey(spec.RevisionHeader)
 
+// notServedKey is spec.NotServedHeader in canonical form: the sidecar's
+// word to the gateway, removed from everything passed on.
+var notServedKey = http.CanonicalHeaderKey(spec.NotServedHeader)
+
 // forward is one proxied request's state, shared by ServeHTTP, the proxy's
 // hooks and the retrying transport through the request's context.
 type forward struct {
 	g      *Gateway
 	rev    *revision
 	b      *backend // the slot held now; nil after a failed retry
-	body   *guardedBody
+	body   *replayBody
 	status int   // the instance's status code, 0 if none
 	err    error // why the proxy failed, if it did
 	tries  int
@@ -115,6 +118,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rev.inflight.Add(1)
+	rev.budget.deposit()
 	f = &forward{g: g, rev: rev, b: b}
 	defer func() {
 		rev.inflight.Add(-1)
@@ -130,17 +134,56 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// Bodies, upgrades, HTTP/2: httputil.ReverseProxy streams both ways.
 	if r.Body != nil && r.Body != http.NoBody {
-		var body io.ReadCloser = r.Body
-		if g.cfg.MaxBodyBytes > 0 {
-			body = http.MaxBytesReader(w, body, g.cfg.MaxBodyBytes)
-		}
-		f.body = &guardedBody{rc: body}
+		// The limit is the body's own, not http.MaxBytesReader's: that
+		// one sets headers on w from whichever goroutine reads the body
+		// (the transport's), racing the handler's writes.
+		f.body = &replayBody{src: r.Body, limit: max(g.cfg.MaxBodyBytes, 0)}
 		r.Body = f.body
+		if r.ProtoMajor == 1 {
+			// Full duplex: when a response starts before the body is in,
+			// net/http would otherwise read the rest of the body (up to
+			// 256 KiB) itself and close it, under the transport that is
+			// still sending it: the instance got a cut request and its
+			// answer was cut too. The rule net/http applied is then ours
+			// (closeUnlessBodyRead).
+			f.body.h1 = true
+			_ = rc.EnableFullDuplex()
+		}
 	}
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, forwardKey{}, f)))
+	if f.body != nil && f.body.h1 && !f.body.AtEOF() {
+		// The answer said Connection: close; the body, perhaps still
+		// being read from the client, must stop holding the connection.
+		_ = rc.SetReadDeadline(pastDeadline)
+	}
 }
+
+// closeUnlessBodyRead makes a response that starts before the request
+// body was read to its end close the client's connection: the rest of the
+// body will not be read, so what follows it cannot be taken for the next
+// request (exactly one response per request).
+//
+// A body already sent in full is usually read within microseconds of the
+// request head; an answer that overtakes it (an app that answers first,
+// then reads) waits up to bodyGrace for it rather than lose the
+// connection. A full-duplex stream pays that once, at its start.
+func (f *forward) closeUnlessBodyRead(h http.Header) {
+	if f.body != nil && f.body.h1 && !h1.AwaitEOF(f.body, bodyGrace) {
+		h["Connection"] = connectionClose
+	}
+}
+
+// bodyGrace is how long a response's head waits for the rest of its
+// request body (see closeUnlessBodyRead).
+const bodyGrace = 5 * time.Millisecond
+
+var (
+	connectionClose = []string{"close"}
+	// pastDeadline makes a blocked read return at once.
+	pastDeadline = time.Unix(1, 0)
+)
 
 // notRouted answers a request that has no revision.
 func (g *Gateway) notRouted(w http.ResponseWriter, r *http.Request, rt *route, tg *target, res resolution) {
@@ -267,7 +310,9 @@ func rewrite(pr *httputil.ProxyRequest) {
 func modifyResponse(resp *http.Response) error {
 	if f := forwardOf(resp.Request); f != nil {
 		f.status = resp.StatusCode
+		f.closeUnlessBodyRead(resp.Header)
 	}
+	delete(resp.Header, notServedKey)
 	return nil
 }
 
@@ -275,10 +320,20 @@ func modifyResponse(resp *http.Response) error {
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	f := forwardOf(r)
 	rev := f.rev
+	f.closeUnlessBodyRead(w.Header())
 	switch {
 	case f.body != nil && f.body.tooLarge.Load():
 		f.status = http.StatusRequestEntityTooLarge
 		writeError(w, f.status, "request body is larger than the gateway's limit of %d bytes", g.cfg.MaxBodyBytes)
+	case f.body != nil && f.body.broken.Load() && !clientGone(r):
+		// The client's body, not the instance, failed; net/http closes
+		// the connection after this answer (the rest of it is unread).
+		f.status = http.StatusBadRequest
+		writeError(w, f.status, "the request body could not be read: %v", f.body.srcErr())
+	case errors.As(err, new(*notRetriedError)):
+		var nr *notRetriedError
+		errors.As(err, &nr)
+		f.status = g.notRetried(w, f, nr.f, nr.err, nr.why)
 	case f.err != nil:
 		// A retry found no instance.
 		f.status = g.writeAcquireError(w, r, rev, rev.cfg.Load(), f.err)
@@ -305,10 +360,13 @@ func clientGone(r *http.Request) bool {
 	return ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled)
 }
 
-// retryTransport sends a request to its reserved instance and, when that
-// instance refused the connection before any byte of the request was sent
-// (so the app provably never saw it), reserves another instance and tries
-// again, up to maxRetries times.
+// retryTransport sends a request to its reserved instance and, when the
+// attempt failed in a way that proves the app never saw it (retry.go: the
+// dial failed, or the sidecar answered NotServed), ejects the instance if
+// the failure says so, reserves another and sends it again, body
+// included (replayBody), within the request's tries and the revision's
+// budget. http.Transport itself replaces a kept-alive connection that
+// broke before the request was written when it can rewind the body.
 type retryTransport struct{ g *Gateway }
 
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -316,50 +374,207 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if f == nil {
 		return nil, errors.New("activator: request without routing state")
 	}
+	out := req
+	if f.body != nil {
+		out.Body = f.body.first()
+	}
 	for {
-		resp, err := t.g.transport.RoundTrip(req)
-		if err == nil {
+		resp, err := t.g.transport.RoundTrip(out)
+		fl := failOther
+		switch {
+		case err == nil && resp.StatusCode == http.StatusBadGateway && resp.Header[notServedKey] != nil:
+			fl = failNotServed
+		case err == nil:
 			return resp, nil
+		default:
+			fl = classifyDial(err)
 		}
-		if !refusedBeforeSend(err) || (f.body != nil && f.body.touched.Load()) || f.tries >= maxRetries {
+		if !fl.retryable() {
 			return nil, err
+		}
+		if fl.ejects() {
+			t.g.ejectBackend(f.rev, f.b, fl)
+		}
+		var body io.ReadCloser
+		why := ""
+		if f.body != nil {
+			var ok bool
+			if body, ok = f.body.rewind(); !ok {
+				why = fmt.Sprintf("its body is larger than the %d bytes the gateway keeps for a retry", replayLimit)
+			}
+		}
+		if why == "" {
+			why = f.mayRetry()
+		}
+		if resp != nil {
+			// The sidecar's 502 goes no further.
+			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+			resp.Body.Close()
+			if err == nil {
+				err = errNotServed
+			}
+		}
+		if why != "" {
+			return nil, &notRetriedError{f: fl, err: err, why: why}
 		}
 		deadline, _ := req.Context().Deadline()
 		if !f.reacquire(req, deadline) {
 			return nil, f.err
 		}
-		req.URL.Host = f.b.hostPort
+		out = req.Clone(req.Context())
+		out.URL.Host = f.b.hostPort
+		if body != nil {
+			out.Body = body
+		}
 	}
 }
 
-// refusedBeforeSend is true for a dial that was refused: no connection, so
-// nothing of the request left this process.
-func refusedBeforeSend(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" && errors.Is(err, syscall.ECONNREFUSED)
+// notRetriedError is a retryable failure that was not retried, and why.
+type notRetriedError struct {
+	f   failure
+	err error
+	why string
 }
 
-// guardedBody wraps a request body so the retrying transport can tell
-// whether any of it was read (then a retry could duplicate it) and so the
-// transport's Close on a failed dial does not end the body a retry needs.
-type guardedBody struct {
-	rc       io.ReadCloser
-	touched  atomic.Bool
-	tooLarge atomic.Bool
+func (e *notRetriedError) Error() string {
+	return e.f.String() + ": " + e.err.Error() + "; not retried: " + e.why
+}
+func (e *notRetriedError) Unwrap() error { return e.err }
+
+// replayLimit is the most of a request body the gateway keeps so that it
+// can send the request again (Envoy likewise retries only requests whose
+// body fits its buffer). Most bodies that a retry matters for (API calls,
+// form posts) are far smaller; a bigger one streams as before and is not
+// retried.
+const replayLimit = 64 << 10
+
+// replayBody is a request body that the retrying transport may send
+// again: what it has handed out is kept, up to replayLimit bytes, so that
+// a request an instance did not serve goes to another with the same
+// bytes. Every attempt reads through a view of its own; a view whose
+// attempt was superseded fails, so a transport still writing the last
+// attempt's body cannot take bytes from the next. It also tells proxyError
+// why a body failed (too large, or broken by the client).
+//
+// Reads hold the mutex, a read from the client included: only one attempt
+// reads at a time anyway, and a rewind waits for a read in progress to
+// keep what it gets.
+type replayBody struct {
+	mu       sync.Mutex
+	src      io.ReadCloser
+	h1       bool   // an HTTP/1 request's, read full duplex (set before use)
+	limit    int64  // the most src may give (0: no limit)
+	given    int64  // what it gave so far
+	kept     []byte // what src gave so far, while within replayLimit
+	overflow bool   // more than replayLimit was read: no replay
+	err      error  // src's error, sticky (io.EOF at the end)
+	gen      int    // the current attempt's view
+
+	tooLarge atomic.Bool // the gateway's MaxBodyBytes cut it
+	broken   atomic.Bool // the client's body failed (not EOF, not too large)
+	eof      atomic.Bool // read to its end
 }
 
-func (b *guardedBody) Read(p []byte) (int, error) {
-	b.touched.Store(true)
-	n, err := b.rc.Read(p)
-	var mbe *http.MaxBytesError
-	if err != nil && errors.As(err, &mbe) {
-		b.tooLarge.Store(true)
+// atEOF reports whether the body was read from the client to its end.
+func (b *replayBody) AtEOF() bool { return b.eof.Load() }
+
+// Read and Close make a replayBody the request's Body, which the proxy
+// hands to the transport; the transport reads only the views from first
+// and rewind.
+func (b *replayBody) Read([]byte) (int, error) { return 0, errReadThroughView }
+
+var errReadThroughView = errors.New("activator: a request body with retries is read through its attempts' views")
+
+// Close is a no-op: net/http closes the real body when the handler returns.
+func (b *replayBody) Close() error { return nil }
+
+// first returns the view of the first attempt.
+func (b *replayBody) first() io.ReadCloser {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &bodyView{b: b, gen: b.gen}
+}
+
+// rewind starts a new attempt: its view reads the body from the start.
+// false: the body can no longer be replayed.
+func (b *replayBody) rewind() (io.ReadCloser, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.overflow {
+		return nil, false
+	}
+	b.gen++
+	return &bodyView{b: b, gen: b.gen}, true
+}
+
+func (b *replayBody) srcErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+var errBodyTooLarge = errors.New("request body larger than the gateway's limit")
+
+var errAttemptOver = errors.New("request body: this attempt was superseded by a retry")
+
+func (b *replayBody) read(gen int, off *int, p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if gen != b.gen {
+		return 0, errAttemptOver
+	}
+	if *off < len(b.kept) {
+		n := copy(p, b.kept[*off:])
+		*off += n
+		return n, nil
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.limit > 0 && int64(len(p)) > b.limit-b.given+1 {
+		p = p[:b.limit-b.given+1] // one byte more tells the limit is passed
+	}
+	n, err := b.src.Read(p)
+	b.given += int64(n)
+	if b.limit > 0 && b.given > b.limit {
+		n -= int(b.given - b.limit)
+		b.given = b.limit
+		err = errBodyTooLarge
+	}
+	if n > 0 && !b.overflow {
+		if len(b.kept)+n <= replayLimit {
+			b.kept = append(b.kept, p[:n]...)
+			*off += n
+		} else {
+			b.overflow, b.kept = true, nil
+		}
+	}
+	if err != nil {
+		b.err = err
+		switch {
+		case err == io.EOF:
+			b.eof.Store(true)
+		case err == errBodyTooLarge:
+			b.tooLarge.Store(true)
+		default:
+			b.broken.Store(true)
+		}
 	}
 	return n, err
 }
 
-// Close is a no-op: net/http closes the real body when the handler returns.
-func (b *guardedBody) Close() error { return nil }
+// bodyView is one attempt's reading of a replayBody.
+type bodyView struct {
+	b   *replayBody
+	gen int
+	off int
+}
+
+func (v *bodyView) Read(p []byte) (int, error) { return v.b.read(v.gen, &v.off, p) }
+
+// Close is a no-op: the transport closes a body when it is done with it,
+// and a retry needs it again.
+func (v *bodyView) Close() error { return nil }
 
 // copyBufferSize is the size of the copy buffers of both forwarding paths.
 const copyBufferSize = 32 << 10

@@ -50,6 +50,9 @@ type revision struct {
 	ebc      atomic.Uint64
 	ebcKnown atomic.Bool
 
+	// budget bounds the revision's retries (retry.go).
+	budget *retryBudget
+
 	// queued counts waiters, including one about to join (see wait);
 	// inflight counts requests being proxied.
 	queued   atomic.Int32
@@ -83,6 +86,7 @@ func newRevision(name, service, namespace string, m *revisionMetrics) *revision 
 		tracker:   newEndpointTracker(),
 		backends:  map[string]*backend{},
 		metrics:   m,
+		budget:    mustRetryBudget(),
 	}
 	r.cfg.Store(&revisionConfig{timeout: spec.DefaultTimeout})
 	r.pool.Store(&pool{rr: &r.rr})

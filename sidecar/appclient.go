@@ -86,27 +86,38 @@ func (c *appClient) release(ac *appConn) {
 }
 
 // get returns a connection idle for less than idleTimeout at now (reused =
-// true) or dials a new one. now is the caller's recent clock reading: a
-// connection put back since then counts as fresh.
-func (c *appClient) get(now time.Time) (ac *appConn, reused bool, err error) {
-	var stale []*appConn
-	c.mu.Lock()
-	for n := len(c.idle); n > 0; n = len(c.idle) {
-		ac = c.idle[n-1]
-		c.idle[n-1] = nil
-		c.idle = c.idle[:n-1]
-		if now.Sub(ac.idleAt) < c.idleTimeout {
+// true) or dials a new one; with fresh it always dials. now is the
+// caller's recent clock reading: a connection put back since then counts
+// as fresh. With check, an idle connection is looked at before it is
+// handed out (rawio.Quiet, one system call), and one the app closed or
+// reset meanwhile is dropped: for a request that must not be sent twice,
+// which then either goes out on a live connection or, not at all.
+func (c *appClient) get(now time.Time, fresh, check bool) (ac *appConn, reused bool, err error) {
+	for !fresh {
+		var stale []*appConn
+		c.mu.Lock()
+		for n := len(c.idle); n > 0; n = len(c.idle) {
+			ac = c.idle[n-1]
+			c.idle[n-1] = nil
+			c.idle = c.idle[:n-1]
+			if now.Sub(ac.idleAt) < c.idleTimeout {
+				break
+			}
+			stale = append(stale, ac)
+			ac = nil
+		}
+		c.mu.Unlock()
+		for _, s := range stale {
+			s.nc.Close()
+		}
+		if ac == nil {
 			break
 		}
-		stale = append(stale, ac)
+		if !check || rawio.Quiet(ac.nc) {
+			return c.lend(ac), true, nil
+		}
+		ac.nc.Close()
 		ac = nil
-	}
-	c.mu.Unlock()
-	for _, s := range stale {
-		s.nc.Close()
-	}
-	if ac != nil {
-		return c.lend(ac), true, nil
 	}
 	ac, err = c.dial()
 	if err != nil {

@@ -15,6 +15,24 @@
 //     ways; responses are flushed as bytes arrive; X-Forwarded-For gets the
 //     client appended, other X-Forwarded-* and traceparent pass unchanged;
 //     hop-by-hop headers are dropped.
+//   - Faults (forward.go, handler.go): a request whose connection to the
+//     app broke before any answer is sent again once on a new connection
+//     when it is replayable (or nothing of it was written); one the app
+//     did not serve and another instance may (nothing of it reached the
+//     app, or it is replayable and the app died with it) gets a 502 with
+//     spec.NotServedHeader, which the gateway retries elsewhere whatever
+//     the method; the header is the sidecar's alone (removed from the
+//     app's answers). The first connection the app refuses marks the
+//     sidecar not ready at once, and readiness is probed every 25 ms
+//     until the app is back (health.go).
+//   - Exactly one response per request: a response that starts before the
+//     request body was read to its end (after waiting a few ms for it)
+//     says Connection: close, a body that breaks before the app answered
+//     gets one 400 with Connection: close, and heads a front proxy could
+//     frame differently (Content-Length with Transfer-Encoding, duplicate
+//     Content-Length, obs-fold, chunked HTTP/1.0) are refused with 400
+//     before anything reaches the app (keepalive.ScreenConn on every
+//     connection net/http reads).
 //   - Concurrency breaker (breaker.go): with concurrency N > 0 at most N
 //     requests are in the app at once, up to the queue depth more wait in
 //     arrival order, and beyond that requests get 503 at once with a body

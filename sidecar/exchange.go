@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/h1"
 )
 
 // clientCheckInterval is how often a long request checks whether its
@@ -33,6 +35,9 @@ type exchange struct {
 	status      int
 	bytes       int64
 	wroteHeader bool
+	// body tracks an HTTP/1 request body that may still be arriving when
+	// the response starts (nil: none).
+	body h1.EOFer
 
 	// Set before the timer is armed (Timer.Reset orders them before the
 	// timer goroutine reads them).
@@ -65,6 +70,10 @@ type timeoutError struct {
 
 func (e *timeoutError) Error() string { return e.kind + " timeout (" + e.limit.String() + ") passed" }
 
+// bodyGrace is how long a response's head waits for the rest of its
+// request body (see WriteHeader).
+const bodyGrace = 5 * time.Millisecond
+
 // pastDeadline makes every blocked read or write on a connection return.
 var pastDeadline = time.Unix(1, 0)
 
@@ -83,6 +92,7 @@ func (x *exchange) begin(w http.ResponseWriter, clientCtx context.Context, start
 	x.status = 0
 	x.bytes = 0
 	x.wroteHeader = false
+	x.body = nil
 	x.start = start
 	x.clientCtx = clientCtx
 	x.nextCheck = clientCheckInterval
@@ -112,6 +122,7 @@ func (x *exchange) finish() bool {
 	x.runs.Load()
 	x.w = nil
 	x.clientCtx = nil
+	x.body = nil
 	return true
 }
 
@@ -264,11 +275,22 @@ func (x *exchange) WriteHeader(code int) {
 	}
 	x.wroteHeader = true
 	x.status = code
-	if code != http.StatusSwitchingProtocols && x.h.state.draining.Load() {
+	if code != http.StatusSwitchingProtocols && (x.h.state.draining.Load() || x.body != nil && !h1.AwaitEOF(x.body, bodyGrace)) {
 		// Lame duck: answer, then close the connection, so clients
 		// reconnect (to another instance once Consul has caught up)
 		// instead of reusing this one. Every response, the app's and the
 		// sidecar's own, passes here; an upgrade keeps its connection.
+		//
+		// A response that starts before the request body was read to
+		// its end (the app answered early, or echoes; or the body broke)
+		// closes the connection too: the rest of the body will not be
+		// read, and net/http, told the handler is full duplex, would
+		// otherwise parse what follows on the connection as the next
+		// request, a broken body's bytes included (a second response to
+		// one request). Without full duplex net/http does the same. A
+		// body sent in full is usually read within microseconds; an
+		// answer that overtook it (an app that answers, then reads)
+		// waits up to bodyGrace for it rather than lose the connection.
 		x.w.Header()["Connection"] = connectionClose
 	}
 	idle := x.h.cfg.IdleTimeout > 0

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/textproto"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/internal/h1"
@@ -36,26 +38,49 @@ import (
 // is flushed to the client whenever no more of it is already buffered, so
 // streams flow byte by byte and ordinary responses leave in one write; an
 // app error after the response started aborts the client connection rather
-// than end the response cleanly. A request that finds its reused
-// connection closed by the app before any answer is retried once on a new
-// connection when it has no body and an idempotent method, as
-// http.Transport does. dispatched is when the request left the queue (the
-// clock reading the idle connections are judged by).
+// than end the response cleanly. dispatched is when the request left the
+// queue (the clock reading the idle connections are judged by).
+//
+// Failures before the app answered: a request whose connection to the app
+// broke before any answer is sent again once on a new connection when it
+// is replayable (no body, a method http.Transport replays), or when the
+// connection was reused and nothing of it was written; a request that may not be sent twice is never written on a
+// connection the app closed while it was idle (rawio.Quiet looks first);
+// a connection the app refused marks the sidecar not ready at once; and
+// when the app did not serve the request and another instance may, the
+// 502 says so (spec.NotServedHeader) for the gateway to retry elsewhere.
+//
+// Exactly one response per request: a response that starts while the
+// request body is still arriving says Connection: close (the rest of the
+// body is not read, so the connection cannot carry another request), and a
+// body that breaks before the app answered gets one 400 with Connection:
+// close. net/http does the same for a handler that is not full duplex; for
+// one that is, it keeps the connection and parses the rest of a broken
+// body as the next request.
 func (h *Handler) forwardH1(x *exchange, r *http.Request, dispatched time.Time) {
 	hasBody := r.ContentLength != 0
-	retryable := !hasBody && h1.Replayable(r.Method)
+	replayable := !hasBody && h1.Replayable(r.Method)
+	var body *bodyCopy
+	if hasBody {
+		body = &bodyCopy{done: make(chan error, 1)}
+		x.body = body
+	}
+	written := false // some attempt wrote a byte of the request to the app
 	for attempt := 0; ; attempt++ {
-		ac, reused, err := h.app.get(dispatched)
+		// The retry goes on a new connection: the idle ones are likely as
+		// dead as the first.
+		ac, reused, err := h.app.get(dispatched, attempt > 0, !replayable)
 		if err != nil {
-			h.appFailed(x, r, err)
+			h.appFailed(x, r, err, unreached(err) && (!written || replayable))
 			return
 		}
 		if !x.attach(ac) {
 			ac.nc.Close()
-			h.appFailed(x, r, errAborted)
+			h.appFailed(x, r, errAborted, false)
 			return
 		}
-		res, err := h.exchangeH1(x, ac, r, hasBody)
+		res, err := h.exchangeH1(x, ac, r, body)
+		written = written || res.wrote
 		if !x.detach(ac) {
 			// The timer broke the connection; it is not reusable.
 			res.keep = false
@@ -64,14 +89,20 @@ func (h *Handler) forwardH1(x *exchange, r *http.Request, dispatched time.Time) 
 			h.app.put(ac)
 		} else {
 			ac.nc.Close()
-			if !res.bodyRunning {
+			if !res.body.running() {
 				h.app.release(ac)
 			}
 		}
 		if err == nil {
 			return
 		}
-		if !res.gotResponse && reused && retryable && attempt == 0 && !x.aborted.Load() {
+		// No byte came back: a replayable request goes again, once, on a
+		// new connection (as http.Transport replays one whose reused
+		// connection failed; here also when the connection was new,
+		// since the app may have died with it: the new dial tells,
+		// and if it is refused the 502 lets the gateway send the request
+		// elsewhere); so does one of which nothing was written.
+		if !res.gotResponse && attempt == 0 && !x.aborted.Load() && (replayable || reused && !res.wrote) && !res.body.failed() {
 			continue
 		}
 		if res.headerSent {
@@ -82,9 +113,20 @@ func (h *Handler) forwardH1(x *exchange, r *http.Request, dispatched time.Time) 
 			// Do not let the server end a cut response as if complete.
 			panic(http.ErrAbortHandler)
 		}
-		h.appFailed(x, r, err)
+		// Not served, for the gateway to send elsewhere: nothing of it
+		// reached the app, or it is replayable and no answer came (the
+		// app died with it: what http.Transport would replay).
+		h.appFailed(x, r, err, !res.gotResponse && (!written || replayable) && !res.body.failed())
 		return
 	}
+}
+
+// unreached tells whether err, from getting a connection to the app,
+// means nothing was sent: every dial error does (a pooled connection is
+// only handed out unwritten).
+func unreached(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 var (
@@ -95,40 +137,79 @@ var (
 
 // h1Result says how far an exchange with the app got.
 type h1Result struct {
+	wrote       bool // a byte of the request reached the app's socket
 	gotResponse bool // any byte of a response arrived
 	headerSent  bool // the response head went to the client
 	keep        bool // the connection can serve another request
-	bodyRunning bool // the request body copy may still use the connection
+	body        *bodyCopy
 }
 
-// exchangeH1 writes r to ac and relays the response to x.
-func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, hasBody bool) (h1Result, error) {
+// bodyCopy is the request body's copy to the app, run by its own
+// goroutine (copyRequestBody), which may outlive the handler: so it is
+// the request's own, not part of the pooled exchange.
+type bodyCopy struct {
+	done chan error  // buffered 1: the copy's one result
+	eof  atomic.Bool // the client's body was read to its end
+	// The result, once taken from done; handler goroutine only.
+	finished bool
+	err      error
+}
+
+// atEOF reports whether the whole body was read from the client, so the
+// client's connection can carry another request (see exchange.WriteHeader).
+func (b *bodyCopy) AtEOF() bool { return b.eof.Load() }
+
+// poll takes the copy's result if it is in, without waiting, and reports
+// whether it is.
+func (b *bodyCopy) poll() bool {
+	if b == nil || b.finished {
+		return true
+	}
+	select {
+	case err := <-b.done:
+		b.finished, b.err = true, err
+		return true
+	default:
+		return false
+	}
+}
+
+// running reports whether the copy may still use the connection and the
+// request body.
+func (b *bodyCopy) running() bool { return !b.poll() }
+
+// failed reports whether the copy ended with the client's body broken.
+func (b *bodyCopy) failed() bool { return b.poll() && b != nil && b.err != nil }
+
+// exchangeH1 writes r to ac and relays the response to x; body, when the
+// request has one, is started once the head is written.
+func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, body *bodyCopy) (h1Result, error) {
 	var res h1Result
 	chunked := r.ContentLength < 0
 	writeRequestHead(ac.bw, r, h.appAddr, chunked)
-	if err := ac.bw.Flush(); err != nil {
+	before := ac.rw.Written()
+	err := ac.bw.Flush()
+	res.wrote = ac.rw.Written() > before || err == nil
+	if err != nil {
 		return res, err
 	}
-	var bodyDone chan error
-	if hasBody {
+	if body != nil {
 		// The body streams from its own goroutine so the app can answer
 		// (or echo) while the client still sends. Until it reports on
-		// bodyDone the connection's writer is its.
-		bodyDone = make(chan error, 1)
-		res.bodyRunning = true
-		go copyRequestBody(ac, r, chunked, h.buffers, bodyDone)
+		// done the connection's writer is its.
+		res.body = body
+		go copyRequestBody(ac, r, chunked, h.buffers, body)
 	}
 
 	var (
 		code   int
 		http11 bool
 		block  string
-		err    error
 	)
 	for {
 		code, http11, block, res.gotResponse, err = readResponseHead(ac)
 		if err != nil {
-			return res, res.bodyError(bodyDone, err)
+			return res, res.bodyError(err)
 		}
 		if code >= 100 && code < 200 {
 			if code == http.StatusSwitchingProtocols {
@@ -152,6 +233,7 @@ func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, hasBody 
 		return res, err
 	}
 	res.keep = http11 && !info.close || !http11 && info.keepAlive
+	// Says Connection: close unless the whole request body was read.
 	x.WriteHeader(code)
 	res.headerSent = true
 
@@ -167,37 +249,22 @@ func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, hasBody 
 	}
 	if err != nil {
 		res.keep = false
-		return res, res.bodyError(bodyDone, err)
+		return res, res.bodyError(err)
 	}
-	if bodyDone != nil {
-		select {
-		case berr := <-bodyDone:
-			res.bodyRunning = false
-			if berr != nil {
-				res.keep = false
-			}
-		default:
-			// The app answered before taking the whole body: the
-			// connection is mid-request, so it goes (and with it the
-			// body copy, whose next write fails).
-			res.keep = false
-		}
+	if res.body.running() || res.body.failed() {
+		// The app answered before taking the whole body (or the body
+		// broke): the connection is mid-request, so it goes (and with it
+		// the body copy, whose next write fails).
+		res.keep = false
 	}
 	return res, nil
 }
 
 // bodyError prefers the request body's error (a client that went away
-// mid-upload) over the one it caused on the app side.
-func (res *h1Result) bodyError(bodyDone chan error, err error) error {
-	if bodyDone != nil {
-		select {
-		case berr := <-bodyDone:
-			res.bodyRunning = false
-			if berr != nil {
-				return berr
-			}
-		default:
-		}
+// mid-upload, a malformed chunk) over the one it caused on the app side.
+func (res *h1Result) bodyError(err error) error {
+	if res.body.failed() {
+		return res.body.err
 	}
 	return err
 }
@@ -283,13 +350,21 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, appAddr string, chunked
 // length is unknown, flushing after every read so the app sees bytes as
 // the client sends them. It reports on done and touches nothing else of the
 // request's state: it may outlive the handler when the app answers early.
-func copyRequestBody(ac *appConn, r *http.Request, chunked bool, buffers *bufferPool, done chan<- error) {
+func copyRequestBody(ac *appConn, r *http.Request, chunked bool, buffers *bufferPool, b *bodyCopy) {
+	done := b.done
 	buf := buffers.Get()
 	defer buffers.Put(buf)
 	bw := ac.bw
 	var err error
 	for {
 		n, rerr := r.Body.Read(buf)
+		if rerr == io.EOF {
+			// Before the last bytes go: the app's answer to them must
+			// find the body complete, or it closes the client's
+			// connection for nothing (net/http returns EOF with a body's
+			// last bytes when it can).
+			b.eof.Store(true)
+		}
 		if n > 0 {
 			if chunked {
 				var num [16]byte
@@ -462,7 +537,8 @@ func parseResponseHeader(block string, hd http.Header) (respInfo, error) {
 				}
 			}
 			continue
-		case "Keep-Alive", "Proxy-Connection", "Upgrade", "Te":
+		case "Keep-Alive", "Proxy-Connection", "Upgrade", "Te", "X-Serverless-Not-Served":
+			// The last is spec.NotServedHeader: the sidecar's to say.
 			continue
 		}
 		vals[n] = value

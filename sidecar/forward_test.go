@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // Edge cases of the HTTP/1.1 forwarder, against apps in this process.
@@ -248,14 +250,33 @@ func TestForwardRetriesStaleConnection(t *testing.T) {
 	if conns.Load() < 3 {
 		t.Fatalf("%d connections for 3 requests on a closing app", conns.Load())
 	}
-	// A POST is not replayed: the app may have acted on it.
+	// A POST never goes out on a connection the app closed while it was
+	// idle (it is looked at first), so it reaches the app once, on a new
+	// one.
+	before := conns.Load()
 	resp, err := http.Post(srv.URL+"/", "text/plain", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadGateway {
-		t.Fatalf("POST on a stale connection: %d, want 502", resp.StatusCode)
+	if resp.StatusCode != 200 || conns.Load() != before+1 {
+		t.Fatalf("POST after a stale connection: %d on %d new connections, want 200 on 1", resp.StatusCode, conns.Load()-before)
+	}
+}
+
+// A POST the app read and then dropped is not replayed (the app may have
+// acted on it), and the 502 does not offer it to another instance.
+func TestForwardDoesNotReplayPost(t *testing.T) {
+	port, conns := rawResponder(t, "", true) // reads the head, closes
+	srv := proxyTo(t, port)
+	resp, err := http.Post(srv.URL+"/", "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(spec.NotServedHeader) != "" || conns.Load() != 1 {
+		t.Fatalf("POST the app dropped: %d %q on %d connections, want a plain 502 on 1",
+			resp.StatusCode, resp.Header.Get(spec.NotServedHeader), conns.Load())
 	}
 }
 
@@ -358,5 +379,31 @@ func TestH2CPathTimesOut(t *testing.T) {
 	resp.Body.Close()
 	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(b), "response_start_timeout") {
 		t.Fatalf("%s %d %q", resp.Proto, resp.StatusCode, b)
+	}
+}
+
+// Only the sidecar says an app did not serve a request: an app's own
+// answer never carries spec.NotServedHeader on, whichever path it takes.
+func TestAppCannotForgeNotServed(t *testing.T) {
+	port := appServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(spec.NotServedHeader, spec.NotServedValue)
+		w.WriteHeader(http.StatusBadGateway)
+	})
+	srv := proxyTo(t, port)
+	for _, body := range []string{"", "with a body"} {
+		var resp *http.Response
+		var err error
+		if body == "" {
+			resp, err = http.Get(srv.URL + "/")
+		} else {
+			resp, err = http.Post(srv.URL+"/", "text/plain", strings.NewReader(body))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(spec.NotServedHeader) != "" {
+			t.Fatalf("%q: %d with %s=%q: the app's header passed", body, resp.StatusCode, spec.NotServedHeader, resp.Header.Get(spec.NotServedHeader))
+		}
 	}
 }

@@ -40,9 +40,20 @@ func newFrontDoor(ln net.Listener, srv *http.Server, log *slog.Logger) *frontDoo
 			IdleTimeout:       srv.IdleTimeout,
 			ReadHeaderTimeout: srv.ReadHeaderTimeout,
 			Log:               log,
+			// Every connection starts in the loop, so every head net/http
+			// reads is screened (request smuggling; see ScreenConn).
+			ScreenHeads: maxHeaderBytes(srv) + 4<<10,
 		}
 	}
 	return f
+}
+
+// maxHeaderBytes is the server's limit on a request head.
+func maxHeaderBytes(srv *http.Server) int {
+	if srv.MaxHeaderBytes > 0 {
+		return srv.MaxHeaderBytes
+	}
+	return http.DefaultMaxHeaderBytes
 }
 
 // serve accepts connections until the listener fails or shutdown/close;

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
@@ -51,6 +53,10 @@ type Handler struct {
 	revisionHeader         []string
 
 	lastProxyErrLog atomic.Int64 // unix ns; proxy errors are logged at most once a second
+
+	// appRefused is told of every connection the app refused (the
+	// sidecar marks itself not ready); nil in tests of the handler alone.
+	appRefused func()
 }
 
 // Shared header values; net/http only reads them.
@@ -59,6 +65,8 @@ var (
 	noSniff         = []string{"nosniff"}
 	connectionClose = []string{"close"}
 	probeHeader     = http.CanonicalHeaderKey(spec.ProbeHeader)
+	notServedKey    = http.CanonicalHeaderKey(spec.NotServedHeader)
+	notServedValue  = []string{spec.NotServedValue}
 )
 
 func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *meter, b *Breaker, mt *metrics, appProto AppProtocol) *Handler {
@@ -89,20 +97,29 @@ func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *
 	buffers := newBufferPool()
 	h.buffers = buffers
 	h.h1 = &httputil.ReverseProxy{
-		Director:     director,
-		Transport:    newAppTransport(cfg, false),
-		BufferPool:   buffers,
-		ErrorLog:     errLog,
-		ErrorHandler: h.proxyError,
+		Director:       director,
+		Transport:      newAppTransport(cfg, false),
+		BufferPool:     buffers,
+		ErrorLog:       errLog,
+		ErrorHandler:   h.proxyError,
+		ModifyResponse: dropNotServed,
 	}
 	h.h2 = &httputil.ReverseProxy{
-		Director:     director,
-		Transport:    newAppTransport(cfg, true),
-		BufferPool:   buffers,
-		ErrorLog:     errLog,
-		ErrorHandler: h.proxyError,
+		Director:       director,
+		Transport:      newAppTransport(cfg, true),
+		BufferPool:     buffers,
+		ErrorLog:       errLog,
+		ErrorHandler:   h.proxyError,
+		ModifyResponse: dropNotServed,
 	}
 	return h
+}
+
+// dropNotServed removes spec.NotServedHeader from an app's response: only
+// the sidecar may say that the app did not serve a request.
+func dropNotServed(resp *http.Response) error {
+	delete(resp.Header, notServedKey)
+	return nil
 }
 
 // newAppTransport returns the client side of the proxy: keep-alive
@@ -205,8 +222,31 @@ func (h *Handler) serveReverseProxy(rp *httputil.ReverseProxy, x *exchange, r *h
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	x.setCancel(&cancel)
+	if r.ProtoMajor == 1 && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		// Full duplex: the response may start before the body is read
+		// (see exchange.WriteHeader).
+		b := &eofBody{ReadCloser: r.Body}
+		r.Body = b
+		x.body = b
+	}
 	rp.ServeHTTP(x, r.WithContext(ctx))
 }
+
+// eofBody records whether a request body was read to its end.
+type eofBody struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+func (b *eofBody) AtEOF() bool { return b.eof.Load() }
 
 func isH2CUpgrade(v []string) bool {
 	for _, s := range v {
@@ -257,23 +297,37 @@ func (h *Handler) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	}
-	h.appFailed(x, r, err)
+	// The transport dials before it writes: a dial error sent nothing.
+	h.appFailed(x, r, err, unreached(err))
 }
 
 // appFailed answers a request whose exchange with the app failed before
 // the response started: a timeout (504), a client that left (nothing to
-// answer; recorded as 499), or an app that could not be reached or broke
-// the connection (502).
-func (h *Handler) appFailed(x *exchange, r *http.Request, err error) {
+// answer; recorded as 499), a request body that could not be read (400),
+// or an app that could not be reached or broke the connection (502).
+// notServed says that the app did not serve the request and another
+// instance may be given it (spec.NotServedHeader); a refused connection
+// also marks the sidecar not ready.
+func (h *Handler) appFailed(x *exchange, r *http.Request, err error, notServed bool) {
+	if h.appRefused != nil && errors.Is(err, syscall.ECONNREFUSED) {
+		h.appRefused()
+	}
 	switch {
 	case x.timedOut() != nil:
 		h.answerTimeout(x)
-	case x.clientGone.Load() || errors.Is(err, errClientBody) || x.clientCtx.Err() != nil:
+	case x.clientGone.Load() || x.clientCtx.Err() != nil:
 		x.status = statusClientClosed
+	case errors.Is(err, errClientBody):
+		// The client's connection is not fit for another request after
+		// a broken body: the answer closes it (exchange.WriteHeader).
+		x.sidecarError(http.StatusBadRequest, []byte("nomad-serverless: the request body could not be read: "+err.Error()+"\n"))
 	default:
 		now := time.Now().UnixNano()
 		if last := h.lastProxyErrLog.Load(); now-last > int64(time.Second) && h.lastProxyErrLog.CompareAndSwap(last, now) {
-			h.log.Warn("request to the app failed", "app", h.appAddr, "path", r.URL.Path, "error", err)
+			h.log.Warn("request to the app failed", "app", h.appAddr, "path", r.URL.Path, "error", err, "not_served", notServed)
+		}
+		if notServed {
+			x.w.Header()[notServedKey] = notServedValue
 		}
 		x.sidecarError(http.StatusBadGateway, []byte("nomad-serverless: the app on "+h.appAddr+
 			" did not answer: "+err.Error()+"\n"))
@@ -298,13 +352,18 @@ func (h *Handler) answerTimeout(x *exchange) {
 	x.sidecarError(http.StatusGatewayTimeout, []byte("nomad-serverless: revision "+h.cfg.Revision+": "+msg+"\n"))
 }
 
-// sidecarError writes a response the sidecar made itself.
+// sidecarError writes a response the sidecar made itself; headers set on
+// x.w.Header() before the call other than the app's (cleared) stay.
 func (x *exchange) sidecarError(code int, body []byte) {
 	if x.wroteHeader {
 		return
 	}
-	clear(x.Header())
 	hd := x.w.Header()
+	ns := hd[notServedKey]
+	clear(hd)
+	if ns != nil {
+		hd[notServedKey] = ns
+	}
 	hd["Content-Type"] = textPlain
 	hd["X-Content-Type-Options"] = noSniff
 	hd["Content-Length"] = []string{strconv.Itoa(len(body))}
@@ -321,6 +380,12 @@ func (h *Handler) done(x *exchange, r *http.Request, tracked bool) {
 	if t := x.timedOut(); t != nil && x.wroteHeader && x.status != http.StatusGatewayTimeout {
 		// Timed out mid-response: the proxy aborted the connection.
 		h.metrics.timeouts[t.kind].Inc()
+	}
+	if x.body != nil && !x.body.AtEOF() && r.ProtoMajor == 1 {
+		// The response said Connection: close; the body's reader, maybe
+		// blocked on the client, must give up now rather than hold the
+		// connection (net/http closes it once it can read no more).
+		_ = http.NewResponseController(x.w).SetReadDeadline(pastDeadline)
 	}
 	status := x.status
 	if status == 0 {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -28,13 +29,20 @@ type state struct {
 //     must fail before it counts against the app);
 //   - an aggressive schedule (readiness with period 0) probes every
 //     spec.AggressiveProbePeriod until the first time the app is healthy,
-//     then every spec.DefaultProbePeriod.
+//     then every spec.DefaultProbePeriod;
+//   - a connection the app refused (refused) makes it unhealthy at once,
+//     whatever the thresholds: nothing listens, so no request can be
+//     served. From then on it is probed every spec.AggressiveProbePeriod,
+//     whatever the period, until it is healthy again (SuccessThreshold
+//     passes), so the instance's Consul check, which asks the sidecar,
+//     follows within one check interval both ways.
 type probeSchedule struct {
 	probe         spec.Probe
 	aggressive    bool
 	period        time.Duration
 	healthy       bool
 	everHealthy   bool
+	recovering    bool // unhealthy since a refused connection
 	passes, fails int
 }
 
@@ -61,7 +69,7 @@ func (s *probeSchedule) record(pass bool) bool {
 		s.passes++
 		s.fails = 0
 		if !s.healthy && s.passes >= max(1, s.probe.SuccessThreshold) {
-			s.healthy, s.everHealthy = true, true
+			s.healthy, s.everHealthy, s.recovering = true, true, false
 			return true
 		}
 		return false
@@ -75,16 +83,30 @@ func (s *probeSchedule) record(pass bool) bool {
 	return false
 }
 
+// refused records a connection the app refused and reports whether health
+// changed (it is unhealthy from here on).
+func (s *probeSchedule) refused() bool {
+	s.passes = 0
+	s.recovering = true
+	if !s.healthy {
+		return false
+	}
+	s.healthy = false
+	return true
+}
+
 // next is the wait between the starts of two probes.
 func (s *probeSchedule) next() time.Duration {
-	if s.aggressive && !s.everHealthy {
-		return spec.AggressiveProbePeriod
+	if s.recovering || s.aggressive && !s.everHealthy {
+		return min(spec.AggressiveProbePeriod, s.period)
 	}
 	return s.period
 }
 
 // probeLoop runs a prober on its schedule until ctx ends, calling set when
-// health changes and count after every probe.
+// health changes and count after every probe. The schedule is the loop's
+// alone: other goroutines tell it of a refused connection through refused,
+// which never blocks.
 type probeLoop struct {
 	name   string // "readiness" or "liveness"
 	prober prober
@@ -92,7 +114,27 @@ type probeLoop struct {
 	log    *slog.Logger
 	set    func(healthy bool, err error)
 	count  func(pass bool)
+	// refusals carries refused connections to the loop; one pending
+	// is as good as many.
+	refusals chan struct{}
 }
+
+func newProbeLoop(name string, p prober, sched *probeSchedule, log *slog.Logger, set func(bool, error), count func(bool)) *probeLoop {
+	return &probeLoop{name: name, prober: p, sched: sched, log: log, set: set, count: count, refusals: make(chan struct{}, 1)}
+}
+
+// refused tells the loop that the app refused a connection; the loop
+// applies it after the probe in progress, if any (whose pass may predate
+// the refusal), and probes aggressively from then on.
+func (l *probeLoop) refused() {
+	select {
+	case l.refusals <- struct{}{}:
+	default:
+	}
+}
+
+// errRefused is the readiness error a refused connection leaves.
+var errRefused = errors.New("the app refused a connection from the sidecar")
 
 func (l *probeLoop) run(ctx context.Context) {
 	start := time.Now()
@@ -119,9 +161,45 @@ func (l *probeLoop) run(ctx context.Context) {
 			}
 		}
 		// Periods count from probe start; a slow probe is followed at once.
-		if !sleepCtx(ctx, l.sched.next()-time.Since(began)) {
+		if !l.sleep(ctx, began) {
 			return
 		}
+	}
+}
+
+// sleep waits until the next probe is due (counted from began) and
+// reports whether ctx is still live. A refusal meanwhile makes the app
+// unhealthy at once and shortens the wait to the aggressive period.
+func (l *probeLoop) sleep(ctx context.Context, began time.Time) bool {
+	for {
+		if d := l.sched.next() - time.Since(began); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-l.refusals:
+				t.Stop()
+				l.applyRefusal()
+				continue // the wait may be shorter now
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			}
+		}
+		// Due. A refusal that came meanwhile, or during the probe just
+		// made, counts before the next probe.
+		select {
+		case <-l.refusals:
+			l.applyRefusal()
+		default:
+		}
+		return ctx.Err() == nil
+	}
+}
+
+func (l *probeLoop) applyRefusal() {
+	if l.sched.refused() {
+		l.set(false, errRefused)
+		l.log.Warn("app "+l.name+": connection refused; not ready until the probe passes", "probe_every", l.sched.next().String())
 	}
 }
 

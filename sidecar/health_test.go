@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,124 @@ func TestProbeSchedule(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A refused connection makes the app unready at once, whatever the
+// thresholds, and probing aggressive until it is ready again, whatever the
+// period; then the period is back.
+func TestProbeScheduleRefused(t *testing.T) {
+	type step struct {
+		refused, pass bool // refused: a refusal instead of a probe
+		wantHealthy   bool
+		wantChanged   bool
+		wantNext      time.Duration
+	}
+	agg := spec.AggressiveProbePeriod
+	for _, c := range []struct {
+		name  string
+		sched *probeSchedule
+		steps []step
+	}{
+		{"default readiness", newReadinessSchedule(spec.Probe{SuccessThreshold: 1, FailureThreshold: 3, Timeout: time.Second}), []step{
+			{pass: true, wantHealthy: true, wantChanged: true, wantNext: spec.DefaultProbePeriod},
+			{refused: true, wantHealthy: false, wantChanged: true, wantNext: agg},
+			{refused: true, wantHealthy: false, wantChanged: false, wantNext: agg},
+			{pass: false, wantHealthy: false, wantNext: agg},
+			{pass: false, wantHealthy: false, wantNext: agg},
+			{pass: true, wantHealthy: true, wantChanged: true, wantNext: spec.DefaultProbePeriod},
+		}},
+		{"period 10s, two passes to be ready", newReadinessSchedule(spec.Probe{Period: 10 * time.Second, SuccessThreshold: 2, FailureThreshold: 5, Timeout: time.Second}), []step{
+			{pass: true, wantNext: 10 * time.Second},
+			{pass: true, wantHealthy: true, wantChanged: true, wantNext: 10 * time.Second},
+			{refused: true, wantChanged: true, wantNext: agg},
+			{pass: true, wantNext: agg},
+			// A refusal between passes starts the count again.
+			{refused: true, wantNext: agg},
+			{pass: true, wantNext: agg},
+			{pass: true, wantHealthy: true, wantChanged: true, wantNext: 10 * time.Second},
+		}},
+		{"refused before ever ready", newReadinessSchedule(spec.Probe{Period: 5 * time.Second, SuccessThreshold: 1, FailureThreshold: 3, Timeout: time.Second}), []step{
+			{pass: false, wantNext: 5 * time.Second},
+			{refused: true, wantNext: agg},
+			{pass: true, wantHealthy: true, wantChanged: true, wantNext: 5 * time.Second},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for i, s := range c.steps {
+				var changed bool
+				if s.refused {
+					changed = c.sched.refused()
+				} else {
+					changed = c.sched.record(s.pass)
+				}
+				if c.sched.healthy != s.wantHealthy || changed != s.wantChanged || c.sched.next() != s.wantNext {
+					t.Fatalf("step %d %+v: healthy=%v changed=%v next=%s", i, s, c.sched.healthy, changed, c.sched.next())
+				}
+			}
+		})
+	}
+}
+
+// The loop applies a refusal at once (not ready, told through set), probes
+// every AggressiveProbePeriod from then on, and is ready again at the
+// first pass.
+func TestProbeLoopRefusal(t *testing.T) {
+	var up atomic.Bool
+	up.Store(true)
+	probes := make(chan time.Time, 1000)
+	pr := proberFunc(func(context.Context) error {
+		probes <- time.Now()
+		if up.Load() {
+			return nil
+		}
+		return errors.New("connection refused")
+	})
+	changed := make(chan bool, 10)
+	l := newProbeLoop("readiness", pr, newReadinessSchedule(spec.Probe{Period: time.Hour, SuccessThreshold: 1, FailureThreshold: 3, Timeout: time.Second}),
+		discardLog(), func(ok bool, err error) { changed <- ok }, func(bool) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if ok := <-changed; !ok {
+		t.Fatal("not ready first")
+	}
+	// Now probed every hour; a refusal:
+	up.Store(false)
+	refusedAt := time.Now()
+	l.refused()
+	select {
+	case ok := <-changed:
+		if ok {
+			t.Fatal("ready after a refusal")
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the refusal was not applied")
+	}
+	for len(probes) > 0 {
+		<-probes
+	}
+	// Probed at the aggressive period, not the hour.
+	var last time.Time
+	for range 4 {
+		select {
+		case last = <-probes:
+		case <-time.After(time.Second):
+			t.Fatal("no aggressive probing after the refusal")
+		}
+	}
+	if span := last.Sub(refusedAt); span > 20*spec.AggressiveProbePeriod {
+		t.Errorf("4 probes took %s", span)
+	}
+	up.Store(true)
+	select {
+	case ok := <-changed:
+		if !ok {
+			t.Fatal("not ready after the app came back")
+		}
+	case <-time.After(time.Second):
+		t.Fatal("not ready within a second of the app coming back")
 	}
 }
 
@@ -151,10 +270,8 @@ func TestProbeLoopAggressiveThenPeriod(t *testing.T) {
 		return nil
 	})
 	changed := make(chan bool, 4)
-	l := &probeLoop{name: "readiness", prober: pr, log: discardLog(),
-		sched: newReadinessSchedule(spec.Probe{SuccessThreshold: 1, FailureThreshold: 3, Timeout: time.Second}),
-		set:   func(ok bool, err error) { changed <- ok },
-		count: func(bool) {}}
+	l := newProbeLoop("readiness", pr, newReadinessSchedule(spec.Probe{SuccessThreshold: 1, FailureThreshold: 3, Timeout: time.Second}),
+		discardLog(), func(ok bool, err error) { changed <- ok }, func(bool) {})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.run(ctx); close(done) }()

@@ -108,21 +108,17 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("readiness probe: %w", err)
 	}
-	s.readiness = &probeLoop{
-		name: "readiness", prober: rp, sched: newReadinessSchedule(readiness), log: log,
-		set:   func(ok bool, err error) { s.state.ready.Store(ok); storeErr(&s.state.readyErr, err) },
-		count: func(pass bool) { s.metrics.probes["readiness"][pass].Inc() },
-	}
+	s.readiness = newProbeLoop("readiness", rp, newReadinessSchedule(readiness), log,
+		func(ok bool, err error) { s.state.ready.Store(ok); storeErr(&s.state.readyErr, err) },
+		func(pass bool) { s.metrics.probes["readiness"][pass].Inc() })
 	if cfg.Liveness != nil {
 		lp, err := newProber(*cfg.Liveness, appHost(cfg), cfg.AppPort)
 		if err != nil {
 			return nil, fmt.Errorf("liveness probe: %w", err)
 		}
-		s.liveness = &probeLoop{
-			name: "liveness", prober: lp, sched: newLivenessSchedule(*cfg.Liveness), log: log,
-			set:   func(ok bool, err error) { s.state.live.Store(ok); storeErr(&s.state.liveErr, err) },
-			count: func(pass bool) { s.metrics.probes["liveness"][pass].Inc() },
-		}
+		s.liveness = newProbeLoop("liveness", lp, newLivenessSchedule(*cfg.Liveness), log,
+			func(ok bool, err error) { s.state.live.Store(ok); storeErr(&s.state.liveErr, err) },
+			func(pass bool) { s.metrics.probes["liveness"][pass].Inc() })
 	}
 
 	var access *slog.Logger
@@ -133,6 +129,7 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 		}
 	}
 	s.handler = newHandler(cfg, log, access, s.state, s.meter, s.breaker, s.metrics, opts.AppProtocol)
+	s.handler.appRefused = s.appRefused
 	s.admin = &adminHandler{s: s, metrics: s.metrics.handler()}
 	return s, nil
 }
@@ -153,6 +150,17 @@ func storeErr(p interface{ Store(*string) }, err error) {
 	}
 	msg := err.Error()
 	p.Store(&msg)
+}
+
+// appRefused is called by the handler when the app refused a connection:
+// the probe answers 503 from now on (the gateway's probe and Consul's
+// check see it at their next look), and the readiness loop probes every
+// spec.AggressiveProbePeriod until the app is back.
+func (s *Sidecar) appRefused() {
+	if s.state.ready.Swap(false) {
+		storeErr(&s.state.readyErr, errRefused)
+	}
+	s.readiness.refused()
 }
 
 // Handler is the serving port's handler.

@@ -55,6 +55,25 @@ const (
 	TagHeader = "X-Serverless-Tag"
 )
 
+// Response headers between the sidecar and the gateway.
+const (
+	// NotServedHeader (value NotServedValue) is set by the sidecar, and
+	// only by it, on the 502 it answers when the app did not serve a
+	// request and another instance may be given it, whatever its method:
+	// nothing of the request reached the app (the connection to the app
+	// was refused, or broke before any byte of the request was written),
+	// or the request is replayable (no body, a method http.Transport
+	// replays: GET, HEAD, OPTIONS, TRACE) and the app dropped it without a
+	// byte of an answer, on a second connection too, or no longer accepts
+	// connections. The gateway retries such a request on
+	// another instance and takes this one out of balancing until a probe
+	// passes. The sidecar removes the header from the app's own
+	// responses and the gateway from every response it passes on, so
+	// neither an app nor a client can forge it.
+	NotServedHeader = "X-Serverless-Not-Served"
+	NotServedValue  = "app-unreachable"
+)
+
 // Environment given to the user task.
 const (
 	EnvPort     = "PORT"

@@ -198,7 +198,7 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 	wg.Add(3)
 	go func() { defer wg.Done(); _ = as.Run(runCtx) }()
 	go func() { defer wg.Done(); _ = gw.Run(runCtx) }()
-	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
+	go func() { defer wg.Done(); _ = srv.Serve(gw.Listener(ln)) }()
 	defer func() {
 		shut, done := context.WithTimeout(context.Background(), 5*time.Second)
 		defer done()

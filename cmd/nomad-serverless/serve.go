@@ -19,6 +19,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -190,8 +191,11 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 
 	gwSrv := gw.Server(o.listen)
 	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
-	goRun("gateway listener", func(context.Context) error { return ignoreClosed(gwSrv.Serve(gwLn)) })
-	goRun("admin listener", func(context.Context) error { return ignoreClosed(adminSrv.Serve(adminLn)) })
+	// Both listeners screen request heads for smuggling (CL with TE,
+	// duplicate CL, obs-fold) before net/http reads them.
+	goRun("gateway listener", func(context.Context) error { return ignoreClosed(gwSrv.Serve(gw.Listener(gwLn))) })
+	adminScreened := keepalive.ScreenListener{Listener: adminLn, MaxHead: http.DefaultMaxHeaderBytes + 4<<10}
+	goRun("admin listener", func(context.Context) error { return ignoreClosed(adminSrv.Serve(adminScreened)) })
 
 	self := consulroute.ActivatorRegistration{Address: advertise, Port: gwPort, AdminPort: adminPort, Domain: o.domain}
 	if err := consul.RegisterActivator(ctx, self); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"time"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -128,4 +129,27 @@ func ClientIP(remote string) string {
 		host = host[1 : len(host)-1]
 	}
 	return host
+}
+
+// EOFer is a request body that tells whether it was read to its end.
+type EOFer interface{ AtEOF() bool }
+
+// AwaitEOF waits up to grace for a request body being read by another
+// goroutine to reach its end, and reports whether it did. A proxy about to
+// start a response asks it: a response that starts before its request
+// body was read to the end must close the connection (what follows the
+// body is not known to be a request), and a body sent in full is usually
+// read within microseconds. It polls: this is the rare path (an answer
+// that overtook its request's body), not worth a channel per request.
+func AwaitEOF(body EOFer, grace time.Duration) bool {
+	if body.AtEOF() {
+		return true
+	}
+	for deadline := time.Now().Add(grace); time.Now().Before(deadline); {
+		time.Sleep(grace / 20)
+		if body.AtEOF() {
+			return true
+		}
+	}
+	return false
 }

@@ -68,6 +68,12 @@ type Server struct {
 	IdleTimeout, ReadHeaderTimeout time.Duration
 	// Log receives handler panics; nil discards them.
 	Log *slog.Logger
+	// ScreenHeads, when not 0, screens every connection handed off
+	// (ScreenConn) with heads up to that many bytes (the fallback
+	// server's MaxHeaderBytes plus 4 KiB): the heads net/http reads are
+	// then refused when a front proxy could frame them differently. The
+	// loop's own heads need no screen: it takes none of them.
+	ScreenHeads int
 
 	closing atomic.Bool
 	mu      sync.Mutex
@@ -177,6 +183,13 @@ func (s *Server) buffers(rw io.ReadWriter) (*bufio.Reader, *bufio.Writer) {
 // already read from nc, to be served first (a hijacked connection), else
 // nil.
 func (s *Server) ServeConn(nc net.Conn, br *bufio.Reader, bw *bufio.Writer, first *http.Request) {
+	// A screened connection (ScreenListener) is the loop's to screen
+	// now; it reads the socket directly unless the screen holds bytes.
+	if sc, ok := nc.(*ScreenConn); ok {
+		if raw, ok := sc.Unscreen(); ok {
+			nc = raw
+		}
+	}
 	// A hijacked connection's buffers read and write through net/http's
 	// wrappers; once nothing is left in them, pooled ones on the raw
 	// socket take over (a pipelined request keeps the hijacked ones).
@@ -306,6 +319,10 @@ func (c *conn) handOff() {
 		// Copy what was read: the buffer goes back to its pool.
 		b, _ := c.br.Peek(c.br.Buffered())
 		nc = &prefixConn{Conn: c.nc, prefix: bytes.Clone(b)}
+	}
+	if c.s.ScreenHeads > 0 {
+		// The next byte starts a head: the loop reads whole heads.
+		nc = NewScreenConn(nc, c.s.ScreenHeads)
 	}
 	c.s.HandOff(nc)
 }

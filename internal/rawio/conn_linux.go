@@ -23,6 +23,8 @@ type Conn struct {
 	rn, wn          int
 	rerrno, werrno  syscall.Errno
 	readFn, writeFn func(fd uintptr) bool
+
+	written int64 // bytes written so far (see Written)
 }
 
 // New wraps nc.
@@ -82,7 +84,9 @@ func (c *Conn) read(fd uintptr) bool {
 // Write writes all of p as nc.Write does.
 func (c *Conn) Write(p []byte) (int, error) {
 	if c.rc == nil {
-		return c.nc.Write(p)
+		n, err := c.nc.Write(p)
+		c.written += int64(n)
+		return n, err
 	}
 	if len(p) == 0 {
 		return 0, nil
@@ -91,6 +95,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 	err := c.rc.Write(c.writeFn)
 	n, errno := c.wn, c.werrno
 	c.wp = nil
+	c.written += int64(n)
 	switch {
 	case err != nil:
 		return n, err
@@ -118,3 +123,8 @@ func (c *Conn) write(fd uintptr) bool {
 	}
 	return true
 }
+
+// Written is how many bytes Write has handed to the kernel so far: a
+// proxy that sees it unchanged after a failed write knows the peer got
+// nothing of what it tried to send.
+func (c *Conn) Written() int64 { return c.written }

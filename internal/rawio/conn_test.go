@@ -218,3 +218,59 @@ func BenchmarkPingPong(b *testing.B) {
 		})
 	}
 }
+
+// Quiet tells an idle connection from one its peer closed, reset, or
+// wrote to unasked, without consuming anything.
+func TestQuiet(t *testing.T) {
+	client, server := pair(t)
+	if !Quiet(client) {
+		t.Fatal("an open idle connection is not quiet")
+	}
+	server.Write([]byte("x"))
+	waitUntil(t, func() bool { return !Quiet(client) })
+	b := make([]byte, 1)
+	if _, err := client.Read(b); err != nil || b[0] != 'x' {
+		t.Fatalf("the peek consumed the byte: %v %q", err, b)
+	}
+	if !Quiet(client) {
+		t.Fatal("quiet again once the byte is read")
+	}
+	server.Close()
+	waitUntil(t, func() bool { return !Quiet(client) })
+	client.Close()
+	if Quiet(client) {
+		t.Fatal("a closed connection is quiet")
+	}
+}
+
+// Written counts what reached the kernel, and nothing of a failed write.
+func TestWritten(t *testing.T) {
+	client, server := pair(t)
+	c := New(client)
+	if _, err := c.Write([]byte("hello")); err != nil || c.Written() != 5 {
+		t.Fatalf("written %d, err %v", c.Written(), err)
+	}
+	server.(*net.TCPConn).SetLinger(0)
+	server.Close()
+	before := c.Written()
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		time.Sleep(5 * time.Millisecond)
+		_, err = c.Write([]byte("more"))
+	}
+	if err == nil {
+		t.Fatal("writes to a reset connection kept succeeding")
+	}
+	if c.Written() < before {
+		t.Fatalf("written went down: %d < %d", c.Written(), before)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,9 @@ type Stats struct {
 	FirstReadyUnixNano int64 `json:"first_ready_unix_nano"`
 	// HealthzCalls counts /healthz calls.
 	HealthzCalls int64 `json:"healthz_calls"`
+	// PID is the app's process, for tests that kill it (kill -9 of an
+	// instance's app, as a crash would).
+	PID int `json:"pid"`
 }
 
 // App is the test app's handler. It is safe for concurrent use; its counters
@@ -140,6 +144,7 @@ func (a *App) Stats() Stats {
 		ReadyFailed:        a.readyFail.Load(),
 		FirstReadyUnixNano: a.firstReady.Load(),
 		HealthzCalls:       a.healthz.Load(),
+		PID:                os.Getpid(),
 	}
 }
 
