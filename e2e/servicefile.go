@@ -27,6 +27,9 @@ type Service struct {
 	// Tags go on each revision's Consul service (and the activator's
 	// stand-in); Domains are extra hosts the gateway serves.
 	Tags, Domains []string
+	// HostNetwork, when set, is the network block's host_network: the
+	// clients' host network the instances' ports get their address from.
+	HostNetwork string
 }
 
 // Scaling is the subset of the scaling block the scenarios set. Min and
@@ -92,6 +95,9 @@ func (s Service) HCL() string {
 	b.WriteString("  readiness {\n    http {\n      path = \"/ready\"\n    }\n  }\n\n")
 	if s.Concurrency > 0 {
 		fmt.Fprintf(&b, "  concurrency = %d\n\n", s.Concurrency)
+	}
+	if s.HostNetwork != "" {
+		fmt.Fprintf(&b, "  network {\n    host_network = %q\n  }\n\n", s.HostNetwork)
 	}
 	sc := s.Scaling
 	b.WriteString("  scaling {\n")

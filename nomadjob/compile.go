@@ -186,7 +186,7 @@ func network(t spec.Template) *api.NetworkResource {
 	if t.Network.Mode == spec.NetworkBridge {
 		return &api.NetworkResource{
 			Mode:         "bridge",
-			DynamicPorts: []api.Port{{Label: spec.PortHTTP}, {Label: spec.PortAdmin}},
+			DynamicPorts: onHostNetwork(t.Network, []api.Port{{Label: spec.PortHTTP}, {Label: spec.PortAdmin}}),
 		}
 	}
 	app := api.Port{Label: spec.PortApp}
@@ -195,7 +195,7 @@ func network(t spec.Template) *api.NetworkResource {
 	}
 	return &api.NetworkResource{
 		Mode:         "host",
-		DynamicPorts: []api.Port{{Label: spec.PortHTTP}, app, {Label: spec.PortAdmin}},
+		DynamicPorts: onHostNetwork(t.Network, []api.Port{{Label: spec.PortHTTP}, app, {Label: spec.PortAdmin}}),
 	}
 }
 

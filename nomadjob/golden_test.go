@@ -113,6 +113,7 @@ func goldenCases() []goldenCase {
 		{name: "probes-and-bounds", svc: probesAndBounds, gen: 3, opts: testOptions()},
 		{name: "bridge-connect", svc: bridgeConnect, gen: 1, opts: Options{Sidecar: SidecarOptions{Image: "ghcr.io/nomad-serverless/nomad-serverless:0.1.0"}}},
 		{name: "traefik-tags", svc: traefikTags, gen: 2, opts: Options{Sidecar: SidecarOptions{Command: "/usr/local/bin/nomad-serverless"}, ShutdownDelay: 10 * time.Second, UnboundedMax: 50}},
+		{name: "host-network", svc: hostNetworkService, gen: 1, opts: testOptions()},
 	}
 }
 

@@ -116,6 +116,12 @@ const (
 // Network is the allocation's network.
 type Network struct {
 	Mode NetworkMode `json:"mode"`
+	// HostNetwork names the client host network (a client's
+	// host_network block) every port of an instance is given an address
+	// from; "" is the node's default network. Clusters use it to keep
+	// instances on a private network; a dev cluster's nodes each declare
+	// one for their own address.
+	HostNetwork string `json:"host_network,omitempty"`
 }
 
 // Connect makes each revision a Consul service mesh service (requires bridge

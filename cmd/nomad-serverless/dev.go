@@ -25,6 +25,9 @@ control plane (serve), print their URLs, and stop everything on Ctrl-C.
 waits for the revision to scale to zero and wakes it with another.
 Needs consul and nomad on PATH; -demo runs a demonstration without them, and
 -or-demo runs that demonstration when they are missing (make demo does).
+-nodes N runs a cluster instead: one Nomad server and N client nodes, each
+with its own loopback address (127.0.0.2, ...) and Consul agent (Linux, as
+root: the addresses are added to lo and removed at the end).
 
 Options:
 `
@@ -45,6 +48,10 @@ type devConfig struct {
 	// OrDemo runs the demonstration instead of failing when consul or
 	// nomad is not on PATH.
 	OrDemo bool
+	// Nodes, when above 0, runs a dev cluster of that many client nodes
+	// (devagents.StartCluster) instead of one dev agent; the ports above
+	// are then the servers'.
+	Nodes int
 
 	// Bounds: how long each agent and serve may take to become ready, and
 	// how long each may take to stop after SIGINT before it is killed.
@@ -71,11 +78,16 @@ func runDev(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory for the agents' configuration, data and logs (default: a temporary directory, removed at exit)")
 	fs.StringVar(&c.Deploy, "deploy", "", "once everything runs, deploy this service `file` (with -sidecar-command and -var binary set to this binary), send a request, wait for it to scale to zero and wake it")
 	fs.BoolVar(&c.OrDemo, "or-demo", false, "when consul or nomad is not on PATH, say what is missing and run the -demo demonstration instead of failing")
+	fs.IntVar(&c.Nodes, "nodes", 0, "run a cluster instead of one dev agent: a Nomad server and `N` client nodes, each with its own loopback address (127.0.0.2, ...) and Consul agent (Linux, as root)")
 	fs.BoolVar(&demo, "demo", false, "without Nomad and Consul: run the gateway, activator, autoscaler and real sidecar+app processes locally and narrate a wake from zero, a burst and the way back to zero")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
+		return exitUsage
+	}
+	if c.Nodes < 0 {
+		fmt.Fprintf(e.stderr, "nomad-serverless dev: -nodes %d: want 0 (one dev agent) or more\n", c.Nodes)
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
@@ -173,12 +185,21 @@ func devRun(ctx context.Context, e *env, c devConfig) (code int) {
 
 	consulBin, _ := devagents.LookPath("consul", e.getenv("PATH"))
 	nomadBin, _ := devagents.LookPath("nomad", e.getenv("PATH"))
-	agents, err := devagents.Start(ctx, devagents.Options{
-		ConsulBin: consulBin, NomadBin: nomadBin, Dir: dir,
-		Ports:        devagents.Ports{ConsulHTTP: c.ConsulHTTPPort, NomadHTTP: c.NomadHTTPPort},
-		ReadyTimeout: c.ReadyTimeout, Poll: c.Poll, StopGrace: c.StopGrace,
-		Progress: e.stderr,
-	})
+	var agents *devagents.Agents
+	var cluster *devagents.Cluster
+	if c.Nodes > 0 {
+		cluster, err = devStartCluster(ctx, e, c, dir, consulBin, nomadBin)
+		if err == nil {
+			agents = &cluster.Agents
+		}
+	} else {
+		agents, err = devagents.Start(ctx, devagents.Options{
+			ConsulBin: consulBin, NomadBin: nomadBin, Dir: dir,
+			Ports:        devagents.Ports{ConsulHTTP: c.ConsulHTTPPort, NomadHTTP: c.NomadHTTPPort},
+			ReadyTimeout: c.ReadyTimeout, Poll: c.Poll, StopGrace: c.StopGrace,
+			Progress: e.stderr,
+		})
+	}
 	if err != nil {
 		return devInterrupted(ctx, e, err)
 	}
@@ -187,7 +208,13 @@ func devRun(ctx context.Context, e *env, c devConfig) (code int) {
 	// register).
 	var serve *devagents.Proc
 	defer func() {
-		for _, k := range devagents.StopAll(e.stderr, c.StopGrace, serve, agents.Nomad, agents.Consul) {
+		var lines []string
+		if cluster != nil {
+			lines = append(devagents.StopAll(e.stderr, c.StopGrace, serve), cluster.Stop(c.StopGrace)...)
+		} else {
+			lines = devagents.StopAll(e.stderr, c.StopGrace, serve, agents.Nomad, agents.Consul)
+		}
+		for _, k := range lines {
 			fmt.Fprintln(e.stderr, k)
 		}
 	}()
@@ -211,6 +238,12 @@ func devRun(ctx context.Context, e *env, c devConfig) (code int) {
 	}
 
 	devBanner(e.stdout, c, agents)
+	// A node agent's end (nil, which never fires, without a cluster).
+	var nodeExit <-chan *devagents.Proc
+	if cluster != nil {
+		devClusterBanner(e.stdout, cluster)
+		nodeExit = devFirstExit(devNodeProcs(cluster))
+	}
 	if c.Deploy != "" {
 		if code := devDeploy(ctx, e, c, h, agents); code != exitOK {
 			return code
@@ -228,6 +261,8 @@ func devRun(ctx context.Context, e *env, c devConfig) (code int) {
 		return fail("%s; stopping the rest.", agents.Consul.Describe())
 	case <-agents.Nomad.Done():
 		return fail("%s; stopping the rest.", agents.Nomad.Describe())
+	case p := <-nodeExit:
+		return fail("%s; stopping the rest.", p.Describe())
 	}
 }
 

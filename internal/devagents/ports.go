@@ -22,6 +22,14 @@ func (p *Ports) fields() []*int {
 // Every listener is held until all are picked, so no two fields get the
 // same port; a port given in p is kept as it is (see PortFree).
 func (p Ports) FillFree() (Ports, error) {
+	err := fillFreeOn("127.0.0.1", p.fields())
+	return p, err
+}
+
+// fillFreeOn sets every zero field to a port free on host, holding each
+// listener until all are picked so that no two fields get the same port and
+// none takes a port another field was given.
+func fillFreeOn(host string, fields []*int) error {
 	var lns []net.Listener
 	defer func() {
 		for _, ln := range lns {
@@ -29,14 +37,14 @@ func (p Ports) FillFree() (Ports, error) {
 		}
 	}()
 	taken := map[int]bool{}
-	for _, f := range p.fields() {
+	for _, f := range fields {
 		taken[*f] = *f != 0
 	}
-	for _, f := range p.fields() {
+	for _, f := range fields {
 		for *f == 0 {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 			if err != nil {
-				return p, fmt.Errorf("pick a free port: %w", err)
+				return fmt.Errorf("pick a free port on %s: %w", host, err)
 			}
 			lns = append(lns, ln)
 			if port := ln.Addr().(*net.TCPAddr).Port; !taken[port] {
@@ -44,7 +52,7 @@ func (p Ports) FillFree() (Ports, error) {
 			}
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // PortFree returns an error naming the port and what it was meant for if

@@ -22,6 +22,12 @@ type Command struct {
 	// which is created.
 	Output  io.Writer
 	LogPath string
+	// AppendLog appends to LogPath instead of truncating it, so an agent
+	// started again keeps its earlier log before the new one.
+	AppendLog bool
+	// Stdin, when set, is the process's standard input (the read end of
+	// a pipe, say); nil is /dev/null.
+	Stdin *os.File
 }
 
 // Proc is a started process. It runs in its own process group, so a
@@ -41,11 +47,18 @@ type Proc struct {
 func StartProc(c Command) (*Proc, error) {
 	cmd := exec.Command(c.Path, c.Args...)
 	cmd.Env = c.Env
+	if c.Stdin != nil {
+		cmd.Stdin = c.Stdin
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out := c.Output
 	var logFile *os.File
 	if out == nil {
-		f, err := os.Create(c.LogPath)
+		flags := os.O_RDWR | os.O_CREATE | os.O_TRUNC
+		if c.AppendLog {
+			flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		}
+		f, err := os.OpenFile(c.LogPath, flags, 0o666)
 		if err != nil {
 			return nil, fmt.Errorf("start %s: log file: %w", c.Name, err)
 		}

@@ -1,6 +1,7 @@
 package devagents
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,7 +53,20 @@ type agentHTTP struct {
 
 // do sends a request and decodes a 200 answer's JSON into out.
 func (a agentHTTP) do(ctx context.Context, method, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, nil)
+	return a.send(ctx, method, path, nil, out)
+}
+
+// send is do with a JSON body (none when in is nil).
+func (a agentHTTP) send(ctx context.Context, method, path string, in, out any) error {
+	var reqBody io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s %s: encode the body: %w", method, a.base+path, err)
+		}
+		reqBody = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, reqBody)
 	if err != nil {
 		return err
 	}
