@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/nomad-serverless
 PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
-.PHONY: build test e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz clean
+.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz clean
 
 # CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
 # also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
@@ -19,6 +19,28 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(PKGS)
 	$(GO) test -count=1 ./internal/rawio/ ./internal/keepalive/ ./activator/ ./sidecar/
+	@$(MAKE) --no-print-directory rules
+
+# The Prometheus rules (promtool's check and their unit tests in
+# deploy/prometheus-rules.test.yml) and the Grafana dashboard's queries
+# (each parsed as PromQL: written as a recording rule for promtool, since a
+# JSON string is a YAML string, with the dashboard's variables given
+# values). promtool comes with Prometheus; without it, one line says so.
+DASHBOARD := deploy/grafana-dashboard.json
+rules:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		echo "make test: SKIPPED promtool checks of deploy/prometheus-rules.yml and $(DASHBOARD): promtool is not on PATH (it comes with Prometheus: apt-get install prometheus)"; \
+	else \
+		promtool check rules deploy/prometheus-rules.yml && \
+		promtool test rules deploy/prometheus-rules.test.yml && \
+		tmp=$$(mktemp -d) && \
+		{ echo 'groups: [{name: grafana-dashboard-queries, rules: ['; \
+		  grep -o '"expr": *"\([^"\\]\|\\.\)*"' $(DASHBOARD) | \
+		  sed 's/^"expr": *//; s/\$$__rate_interval/1m/g; s/\$$__range/1h/g; s/\$$service/web/g' | \
+		  awk '{ printf "{record: \"grafana:query%d\", expr: %s},\n", NR, $$0 }'; \
+		  echo ']}]'; } > $$tmp/dashboard-queries.yml && \
+		promtool check rules $$tmp/dashboard-queries.yml; rc=$$?; rm -rf $$tmp; exit $$rc; \
+	fi
 
 # End-to-end against real Nomad and Consul agents; fails (does not pass) when
 # they are missing, so a skip is never mistaken for a pass.
@@ -47,8 +69,15 @@ bench-sidecar: build
 bench-gateway: build
 	$(GO) run ./internal/loadbench -mode gateway -bin $(BIN)
 
+# The HCL parser's fuzz target (make fuzz FUZZTIME=10m for longer).
+# -fuzzminimizetime 1000x: Go minimizes every new interesting input, by
+# default for up to 60 s in the worker, which reports no executions until
+# it is done (the run shows 0/sec) and is restarted when the time runs out;
+# a bound by count keeps the exec rate steady. Failing inputs are saved to
+# hcl/testdata/fuzz/FuzzParse either way.
+FUZZTIME ?= 60s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./hcl/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./hcl/
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

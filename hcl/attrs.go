@@ -18,6 +18,7 @@ import (
 // spec validation point at the right file:line:col.
 type decoder struct {
 	ctx    *hcl2.EvalContext
+	budget *budget
 	diags  hcl2.Diagnostics
 	ranges map[string]hcl2.Range
 	// failed holds the paths that had errors while decoding, so follow-on
@@ -26,8 +27,8 @@ type decoder struct {
 	failed map[string]bool
 }
 
-func newDecoder(ctx *hcl2.EvalContext) *decoder {
-	return &decoder{ctx: ctx, ranges: map[string]hcl2.Range{}, failed: map[string]bool{}}
+func newDecoder(ctx *hcl2.EvalContext, b *budget) *decoder {
+	return &decoder{ctx: ctx, budget: b, ranges: map[string]hcl2.Range{}, failed: map[string]bool{}}
 }
 
 func (d *decoder) addDiags(path string, diags hcl2.Diagnostics) {
@@ -81,8 +82,17 @@ func (d *decoder) value(a *hcl2.Attribute, path string) (cty.Value, bool) {
 	if diags.HasErrors() || v.IsNull() {
 		return cty.NilVal, false
 	}
+	if !v.IsWhollyKnown() && d.budget.spent() {
+		d.failed[path] = true // unknown because evaluation stopped; that is reported once
+		return cty.NilVal, false
+	}
 	if !v.IsWhollyKnown() {
 		d.errorf(path, a.Expr.Range(), "Value not known", "The value of %s cannot be known while reading the file.", path)
+		return cty.NilVal, false
+	}
+	if err := d.budget.value(v); err != nil {
+		d.failed[path] = true
+		d.diags = append(d.diags, d.budget.diag(err, a.Expr.Range()))
 		return cty.NilVal, false
 	}
 	return v, true
@@ -150,7 +160,7 @@ func (d *decoder) int(a *hcl2.Attribute, path string) (int, bool) {
 	i, acc := bf.Int64()
 	if !bf.IsInt() || acc != big.Exact || int64(int(i)) != i || i > 1<<31 || i < -(1<<31) {
 		d.errorf(path, a.Expr.Range(), "Whole number required",
-			"%s must be a whole number, for example %s = 1; this value is %s.", path, lastSegment(path), bf.Text('g', 10))
+			"%s must be a whole number, for example %s = 1; this value is %s.", path, lastSegment(path), numberText(bf))
 		return 0, false
 	}
 	return int(i), true
@@ -259,7 +269,7 @@ func (d *decoder) strList(a *hcl2.Attribute, path string) ([]string, bool) {
 		d.typeError(a, path, "a list of strings", `["a", "b"]`, ty)
 		return nil, false
 	}
-	if tup, isTuple := a.Expr.(*hclsyntax.TupleConsExpr); isTuple {
+	if tup, isTuple := syntaxOf(a.Expr).(*hclsyntax.TupleConsExpr); isTuple {
 		for i, e := range tup.Exprs {
 			d.ranges[fmt.Sprintf("%s[%d]", path, i)] = e.Range()
 		}
@@ -291,7 +301,7 @@ func (d *decoder) strMap(a *hcl2.Attribute, path string) (map[string]string, boo
 		d.typeError(a, path, "a map of strings", `{ KEY = "value" }`, ty)
 		return nil, false
 	}
-	if obj, isObj := a.Expr.(*hclsyntax.ObjectConsExpr); isObj {
+	if obj, isObj := syntaxOf(a.Expr).(*hclsyntax.ObjectConsExpr); isObj {
 		for _, item := range obj.Items {
 			kv, diags := item.KeyExpr.Value(evalContext(d.ctx, item.KeyExpr))
 			if diags.HasErrors() || !kv.IsKnown() || kv.IsNull() {

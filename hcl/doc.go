@@ -27,7 +27,11 @@
 //	    value     = "linux"
 //	  }
 //
-//	  image = var.image            # shorthand for a docker task; or:
+//	  image = var.image            # shorthand for a docker task, which
+//	  port  = 8080                 # takes beside it what a docker task
+//	  env   = { GREETING = "hi" }  # sets first: port, env (map or block),
+//	  resources { cpu = 100 }      # resources and args (the container's
+//	  args  = ["--verbose"]        # arguments); or the long form:
 //	  task {
 //	    driver = "docker"
 //	    config {                   # the driver's own config, any shape
@@ -51,7 +55,8 @@
 //	      headers = { "X-Probe" = "1" }
 //	    }
 //	    # tcp {}   grpc { service = "name" }   exec { command = ["/bin/check"] }
-//	    port              = 8080   # default: the app's port
+//	    port              = 8080   # default: the app's port; may also be
+//	                               # written inside http, tcp or grpc
 //	    initial_delay     = "0s"
 //	    period            = "0s"   # 0: every 25ms until ready, then every 1s
 //	    timeout           = "1s"
@@ -89,7 +94,10 @@
 //	    tag      = "stable"        # also routes stable-hello.<ns>.<domain>
 //	  }
 //
-//	  network { mode = "host" }    # or "bridge"
+//	  network {
+//	    mode         = "host"      # or "bridge"
+//	    host_network = "private"   # clients' host_network for every port; default: theirs
+//	  }
 //	  connect {
 //	    upstream {
 //	      destination     = "db"
@@ -109,6 +117,13 @@
 // ...). There is no env(): values come from outside only through variables,
 // set (lowest precedence first) by their default, NOMAD_SERVERLESS_VAR_<name>,
 // -var-file files and -var flags.
+//
+// Parsing is bounded whatever a file holds, so that checking files nobody
+// reviewed (in CI, in a review bot) is safe: files up to 256 KiB, nesting up
+// to 64 levels, values up to 10,000 elements and 1 MiB of strings, format
+// widths up to 1024, and a budget of evaluation steps that nested loops
+// multiply against. Going past one is an error diagnostic naming the bound
+// (see limits.go).
 //
 // References Nomad resolves at run time, such as "${attr.kernel.name}",
 // "${node.unique.id}", "${meta.rack}", "${NOMAD_PORT_app}" or "${PORT}", are

@@ -171,7 +171,7 @@ func numberToGo(bf *big.Float) (any, error) {
 	}
 	f, _ := bf.Float64()
 	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return nil, fmt.Errorf("the number %s is too large", bf.Text('g', 10))
+		return nil, fmt.Errorf("the number %s is too large", numberText(bf))
 	}
 	return f, nil
 }

@@ -3,11 +3,14 @@ package hcl
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"sort"
+	"strings"
 
 	hcl2 "github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -32,6 +35,10 @@ type File struct {
 	Services []spec.Service
 
 	parser *hclparse.Parser
+	// rejected is a source refused before parsing (limits.go), kept so
+	// its diagnostic can show where.
+	rejected     *hcl2.File
+	rejectedName string
 	// ranges[i] maps spec.Problem paths of Services[i] ("scaling.min",
 	// "traffic[1].percent") to where the file sets them; "" is the service
 	// block header.
@@ -64,21 +71,33 @@ func ParseFile(path string, opts Options) (*File, hcl2.Diagnostics) {
 // service in it with (*spec.Service).Validate. Any error diagnostic means
 // the file must not be deployed, even when other services in it are fine.
 // The returned File is never nil; its Services hold what could be decoded.
+//
+// Parse works within the bounds in limits.go whatever src holds: a file
+// that goes past one gets an error diagnostic saying which, and at most
+// MaxDiagnostics diagnostics are returned.
 func Parse(filename string, src []byte, opts Options) (*File, hcl2.Diagnostics) {
 	p := hclparse.NewParser()
 	f := &File{parser: p}
+	if diags := checkSource(filename, src); diags.HasErrors() {
+		f.rejected, f.rejectedName = &hcl2.File{Bytes: src}, filename
+		return f, diags
+	}
 	file, diags := p.ParseHCL(src, filename)
 	if diags.HasErrors() {
-		return f, diags
+		return f, capDiagnostics(diags)
+	}
+	work := newBudget()
+	if body, ok := file.Body.(*hclsyntax.Body); ok {
+		instrumentFile(body, work)
 	}
 	content, d := file.Body.Content(topSchema)
 	diags = append(diags, d...)
-	ctx, d := buildContext(p, filename, content, opts)
+	ctx, d := buildContext(p, filename, content, opts, work)
 	diags = append(diags, d...)
 	if d.HasErrors() {
 		// Services would only repeat errors about the values they use.
 		sortDiagnostics(diags)
-		return f, diags
+		return f, capDiagnostics(diags)
 	}
 
 	services := content.Blocks.OfType("service")
@@ -105,7 +124,7 @@ func Parse(filename string, src []byte, opts Options) (*File, hcl2.Diagnostics) 
 			continue
 		}
 		seen[name] = b
-		dec := newDecoder(ctx)
+		dec := newDecoder(ctx, work)
 		svc := dec.decodeService(b)
 		diags = append(diags, dec.diags...)
 		f.Services = append(f.Services, svc)
@@ -121,8 +140,41 @@ func Parse(filename string, src []byte, opts Options) (*File, hcl2.Diagnostics) 
 		}
 		diags = append(diags, f.Problems(len(f.Services)-1, ps)...)
 	}
+	if work.spent() && !reportsWork(diags) {
+		// The diagnostic of the step past the bound was caught (by try or
+		// can); the file still did too much.
+		diags = append(diags, &hcl2.Diagnostic{Severity: hcl2.DiagError, Summary: summaryTooMuchWork,
+			Detail: strings.ToUpper(workMessage[:1]) + fmt.Sprintf(workMessage[1:], MaxWork) + "."})
+	}
 	sortDiagnostics(diags)
-	return f, diags
+	return f, capDiagnostics(diags)
+}
+
+// reportsWork reports whether diags say that the work bound was reached.
+func reportsWork(diags hcl2.Diagnostics) bool {
+	for _, d := range diags {
+		if d.Summary == summaryTooMuchWork || containsWorkBound(d.Detail) {
+			return true
+		}
+	}
+	return false
+}
+
+// instrumentFile instruments what a file evaluates (see instrumentBody):
+// locals, service blocks and variable defaults. A variable's type stays as
+// written: it is read as syntax, not evaluated.
+func instrumentFile(body *hclsyntax.Body, b *budget) {
+	for _, blk := range body.Blocks {
+		if blk.Type != "variable" {
+			instrumentBody(blk.Body, b)
+			continue
+		}
+		for name, a := range blk.Body.Attributes {
+			if name != "type" {
+				a.Expr = instrument(a.Expr, b)
+			}
+		}
+	}
 }
 
 // sortDiagnostics orders diagnostics by file position (those without a
@@ -142,17 +194,29 @@ func sortDiagnostics(diags hcl2.Diagnostics) {
 
 // WriteDiagnostics prints diags in HCL's format: summary, file:line, the
 // source snippet with the subject underlined, and the detail. Colour and
-// wrapping are used only when w is a terminal (and NO_COLOR is unset).
+// wrapping are used only when w is a terminal (and NO_COLOR is unset). It
+// reads only the lines each diagnostic shows, and cuts a line longer than
+// maxSnippetLine to the part around the subject.
 func (f *File) WriteDiagnostics(w io.Writer, diags hcl2.Diagnostics) error {
-	var files map[string]*hcl2.File
+	dw := &diagWriter{w: w, files: map[string]*hcl2.File{}, lines: map[string][]int{}}
 	if f != nil && f.parser != nil {
-		files = f.parser.Files()
+		maps.Copy(dw.files, f.parser.Files())
 	}
-	color, width := false, uint(0)
+	if f != nil && f.rejected != nil {
+		dw.files[f.rejectedName] = f.rejected
+	}
 	if isTerminal(w) {
-		color, width = os.Getenv("NO_COLOR") == "", 100
+		dw.color, dw.width = os.Getenv("NO_COLOR") == "", 100
 	}
-	return hcl2.NewDiagnosticTextWriter(w, files, width, color).WriteDiagnostics(diags)
+	for _, d := range diags {
+		if d == nil {
+			continue
+		}
+		if err := dw.write(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func isTerminal(w io.Writer) bool {

@@ -13,9 +13,11 @@ import (
 // through variables, so a file means the same on every machine.
 //
 // It is built per parse (function.Function values are immutable, but the map
-// is handed to the evaluator and must not be shared mutable state).
-func functions() map[string]function.Function {
-	return map[string]function.Function{
+// is handed to the evaluator and must not be shared mutable state). Every
+// function but try and can, whose arguments are expressions evaluated
+// through the instrumented syntax, is guarded by b (see guard).
+func functions(b *budget) map[string]function.Function {
+	fs := map[string]function.Function{
 		"abs":             stdlib.AbsoluteFunc,
 		"can":             tryfunc.CanFunc,
 		"ceil":            stdlib.CeilFunc,
@@ -82,4 +84,10 @@ func functions() map[string]function.Function {
 		"values":          stdlib.ValuesFunc,
 		"zipmap":          stdlib.ZipmapFunc,
 	}
+	for name, f := range fs {
+		if name != "try" && name != "can" {
+			fs[name] = guard(f, b, preCheck(name))
+		}
+	}
+	return fs
 }

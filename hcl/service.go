@@ -17,8 +17,18 @@ var (
 		"namespace", "region", "datacenters", "node_pool", "image",
 		"concurrency", "timeout", "response_start_timeout", "idle_timeout",
 		"tags", "domains",
+		// With image: what a docker task's users set first.
+		"port", "args",
 	}
-	serviceBlocks = []string{"constraint", "task", "readiness", "liveness", "scaling", "traffic", "network", "connect"}
+	serviceBlocks = []string{"constraint", "task", "readiness", "liveness", "scaling", "traffic", "network", "connect", "resources"}
+	// imageShorthand are the task settings the image shorthand takes at the
+	// service level, with where each goes in the long form.
+	imageShorthand = []struct{ name, longForm string }{
+		{"port", "task { port = 8080 }"},
+		{"env", "task { env = { KEY = \"value\" } }"},
+		{"resources", "task { resources { cpu = 100 memory = 128 } }"},
+		{"args", "task { config { args = [\"--flag\"] } }"},
+	}
 
 	taskAttrs  = []string{"port", "user", "kill_timeout"}
 	taskBlocks = []string{"config", "resources", "artifact", "template"}
@@ -94,7 +104,7 @@ func (d *decoder) decodeService(b *hcl2.Block) spec.Service {
 	svc := spec.NewService(b.Labels[0])
 	d.ranges[""] = b.DefRange
 	d.ranges["name"] = b.LabelRanges[0]
-	c := d.content(b.Body, schema(b.Body, serviceAttrs, serviceBlocks, []string{"meta"}), "")
+	c := d.content(b.Body, schema(b.Body, serviceAttrs, serviceBlocks, []string{"meta", "env"}), "")
 	a := c.Attributes
 	t := &svc.Template
 
@@ -129,6 +139,7 @@ func (d *decoder) decodeService(b *hcl2.Block) spec.Service {
 			d.ranges["task.config"] = img.Expr.Range()
 		}
 	}
+	d.decodeImageShorthand(c, task, &t.Task)
 	if task != nil {
 		d.decodeTask(task, &t.Task)
 	}
@@ -149,16 +160,69 @@ func (d *decoder) decodeService(b *hcl2.Block) spec.Service {
 		svc.Traffic = append(svc.Traffic, d.decodeTraffic(tb, fmt.Sprintf("traffic[%d]", i)))
 	}
 	if nb := d.single(c.Blocks, "network", "A service"); nb != nil {
-		d.ranges["network"] = nb.DefRange
-		nc := d.content(nb.Body, schema(nb.Body, []string{"mode"}, nil, nil), "network")
-		if v, ok := d.str(nc.Attributes["mode"], "network.mode"); ok {
-			t.Network.Mode = spec.NetworkMode(v)
-		}
+		d.decodeNetwork(nb, &t.Network)
 	}
 	if cb := d.single(c.Blocks, "connect", "A service"); cb != nil {
 		t.Connect = d.decodeConnect(cb)
 	}
 	return svc
+}
+
+// decodeImageShorthand reads the task settings written beside image =
+// "..." (port, env, resources, args), so that a docker service needs no
+// task block. Next to a task block, or without image, each says where it
+// goes instead.
+func (d *decoder) decodeImageShorthand(c *hcl2.BodyContent, task *hcl2.Block, t *spec.Task) {
+	img := c.Attributes["image"]
+	for _, s := range imageShorthand {
+		var at hcl2.Range
+		if a := c.Attributes[s.name]; a != nil {
+			at = a.NameRange
+		} else if bs := c.Blocks.OfType(s.name); len(bs) > 0 {
+			at = bs[0].DefRange
+		} else {
+			continue
+		}
+		switch {
+		case task != nil:
+			d.errorf("task."+s.name, at, "Task setting outside the task block",
+				"%s is a setting of the task, and this service has a task block on line %d: move it there, as in %s.",
+				s.name, task.DefRange.Start.Line, s.longForm)
+			continue
+		case img == nil:
+			d.errorf("task."+s.name, at, "Task setting without image",
+				"%s at the service level goes with the image shorthand (image = \"nginx:1.27\" makes a docker task). "+
+					"Add image, or write a task block: %s.", s.name, s.longForm)
+			continue
+		}
+		switch s.name {
+		case "port":
+			d.setInt(&t.Port, c.Attributes["port"], "task.port")
+		case "env":
+			if v, ok := d.stringMap(c, "env", "task.env", "A service"); ok {
+				t.Env = v
+			}
+		case "resources":
+			if rb := d.single(c.Blocks, "resources", "A service"); rb != nil {
+				d.decodeResources(rb, &t.Resources)
+			}
+		case "args":
+			if v, ok := d.strList(c.Attributes["args"], "task.config.args"); ok && t.Config != nil {
+				args := make([]any, len(v))
+				for i, a := range v {
+					args[i] = a
+				}
+				t.Config["args"] = args
+			}
+		}
+	}
+}
+
+func (d *decoder) decodeResources(rb *hcl2.Block, r *spec.Resources) {
+	d.ranges["task.resources"] = rb.DefRange
+	rc := d.content(rb.Body, schema(rb.Body, []string{"cpu", "memory"}, nil, nil), "task.resources")
+	d.setInt(&r.CPU, rc.Attributes["cpu"], "task.resources.cpu")
+	d.setInt(&r.MemoryMB, rc.Attributes["memory"], "task.resources.memory")
 }
 
 func (d *decoder) decodeConstraint(b *hcl2.Block, path string) spec.Constraint {
@@ -187,10 +251,7 @@ func (d *decoder) decodeTask(b *hcl2.Block, task *spec.Task) {
 		task.Env = v
 	}
 	if rb := d.single(c.Blocks, "resources", "A task"); rb != nil {
-		d.ranges["task.resources"] = rb.DefRange
-		rc := d.content(rb.Body, schema(rb.Body, []string{"cpu", "memory"}, nil, nil), "task.resources")
-		d.setInt(&task.Resources.CPU, rc.Attributes["cpu"], "task.resources.cpu")
-		d.setInt(&task.Resources.MemoryMB, rc.Attributes["memory"], "task.resources.memory")
+		d.decodeResources(rb, &task.Resources)
 	}
 	d.setInt(&task.Port, a["port"], "task.port")
 	d.setStr(&task.User, a["user"], "task.user")
@@ -286,17 +347,23 @@ func (d *decoder) decodeProbe(b *hcl2.Block, name string, liveness bool) *spec.P
 		p.Period = spec.DefaultLivenessPeriod
 	}
 	d.ranges[name+".type"] = kind.DefRange
+	// Kubernetes users write the port inside httpGet, tcpSocket and grpc;
+	// it means the probe's port.
+	var typePort *hcl2.Attribute
 	switch kind.Type {
 	case "http":
-		kc := d.content(kind.Body, schema(kind.Body, []string{"path", "headers"}, nil, nil), name)
+		kc := d.content(kind.Body, schema(kind.Body, []string{"path", "headers", "port"}, nil, nil), name)
 		d.ranges[name+".path"] = kind.DefRange
 		d.setStr(&p.Path, kc.Attributes["path"], name+".path")
 		d.setStrMap(&p.Headers, kc.Attributes["headers"], name+".headers")
+		typePort = kc.Attributes["port"]
 	case "tcp":
-		d.content(kind.Body, schema(kind.Body, nil, nil, nil), name)
+		kc := d.content(kind.Body, schema(kind.Body, []string{"port"}, nil, nil), name)
+		typePort = kc.Attributes["port"]
 	case "grpc":
-		kc := d.content(kind.Body, schema(kind.Body, []string{"service"}, nil, nil), name)
+		kc := d.content(kind.Body, schema(kind.Body, []string{"service", "port"}, nil, nil), name)
 		d.setStr(&p.GRPCService, kc.Attributes["service"], name+".service")
+		typePort = kc.Attributes["port"]
 	case "exec":
 		kc := d.content(kind.Body, schema(kind.Body, []string{"command"}, nil, nil, "command"), name)
 		d.ranges[name+".command"] = kind.DefRange
@@ -309,6 +376,14 @@ func (d *decoder) decodeProbe(b *hcl2.Block, name string, liveness bool) *spec.P
 	d.setInt(&p.SuccessThreshold, a["success_threshold"], name+".success_threshold")
 	d.setInt(&p.FailureThreshold, a["failure_threshold"], name+".failure_threshold")
 	d.setInt(&p.Port, a["port"], name+".port")
+	if typePort != nil {
+		if a["port"] != nil {
+			d.errorf(name+".port", typePort.NameRange, "Probe port set twice",
+				"This %s probe sets port on line %d and in its %s block; keep one (both mean the port probed).", name, a["port"].NameRange.Start.Line, kind.Type)
+		} else {
+			d.setInt(&p.Port, typePort, name+".port")
+		}
+	}
 	return &p
 }
 

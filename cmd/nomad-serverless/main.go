@@ -41,6 +41,7 @@ func commands() map[string]command {
 		"revisions": {"list a service's revisions", runRevisions},
 		"traffic":   {"change how a service's traffic splits over revisions", runTraffic},
 		"status":    {"show a service's route, revisions and scaling state", runStatus},
+		"logs":      {"follow the logs of a service's running instances", runLogs},
 		"list":      {"list every service", runList},
 		"delete":    {"remove a service: every revision job and its route", runDelete},
 		"serve":     {"run the control plane: gateway, activator and autoscaler", runServe},

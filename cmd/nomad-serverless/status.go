@@ -30,7 +30,7 @@ instances with the autoscaler's view (stable and panic values, last reason).
 		return errorLine(e, "status", err)
 	}
 	if *asJSON {
-		if err := writeJSON(e.stdout, v); err != nil {
+		if err := writeJSON(e.stdout, explainStatus(ctx, in, v, nil)); err != nil {
 			return errorLine(e, "status", err)
 		}
 		return exitOK
@@ -69,6 +69,7 @@ instances with the autoscaler's view (stable and panic values, last reason).
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Revision, trafficCell(r), r.Desired, r.Running, r.Ready, stable, panicV, mode, orDash(reason))
 	}
 	_ = tw.Flush()
+	explainStatus(ctx, in, v, e.stdout)
 	return exitOK
 }
 
