@@ -60,6 +60,51 @@ func TestE2E13KillAppUnderLoad(t *testing.T) {
 		}
 	})
 
+	// Consul, then Nomad, stopped (SIGSTOP) for 8 s under load, with a
+	// second replica holding or waiting for the leader lock: the data path
+	// keeps what it knows (the routes, the instances, their readiness) and
+	// serves on; nothing in it waits for an agent.
+	t.Run("agents paused", func(t *testing.T) {
+		if h.s.Agents == nil {
+			t.Skip("e2e: SKIPPED pausing the agents: the suite did not start them (NOMAD_ADDR and CONSUL_HTTP_ADDR are someone's running agents)")
+		}
+		g2 := h.startServe("e2e-13b", "", "")
+		defer g2.stop(t)
+		for _, a := range []struct {
+			name string
+			pid  int
+		}{{"Consul", h.s.Agents.Consul.Pid()}, {"Nomad", h.s.Agents.Nomad.Pid()}} {
+			load := StartLoad(context.Background(), g.request(svc, "", "/?sleep=10ms", NewClient(16)), 8, 0, time.Minute)
+			time.Sleep(2 * time.Second)
+			pausedAt := time.Now()
+			if err := syscall.Kill(a.pid, syscall.SIGSTOP); err != nil {
+				load.Stop()
+				t.Fatalf("SIGSTOP %s (pid %d): %v", a.name, a.pid, err)
+			}
+			time.Sleep(8 * time.Second)
+			if err := syscall.Kill(a.pid, syscall.SIGCONT); err != nil {
+				t.Fatalf("SIGCONT %s (pid %d): %v", a.name, a.pid, err)
+			}
+			time.Sleep(2 * time.Second)
+			res := load.Stop()
+			during := res.Count(func(o Outcome) bool {
+				return o.OK() && !o.Start.Before(pausedAt) && o.Start.Before(pausedAt.Add(8*time.Second))
+			})
+			t.Logf("%s paused 8 s: load %s; %d answered while it was stopped", a.name, res.Summary(), during)
+			logAround(t, res, pausedAt)
+			if failed := res.Failed(); len(failed) > 0 {
+				t.Errorf("%s paused 8 s: %d requests failed, want 0: %s", a.name, len(failed), failed.Summary())
+			}
+			if during == 0 {
+				t.Errorf("%s paused 8 s: no request was answered while it was stopped", a.name)
+			}
+			eventually(t, 30*time.Second, a.name+" answers again", func() (bool, string) {
+				n := len(h.passing(rev))
+				return n == 2, fmt.Sprintf("%d passing", n)
+			})
+		}
+	})
+
 	t.Run("POST", func(t *testing.T) {
 		victim := allocs[1].ID
 		body := strings.Repeat("p", 1024)
