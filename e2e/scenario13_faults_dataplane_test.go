@@ -68,7 +68,7 @@ func TestE2E13KillAppUnderLoad(t *testing.T) {
 		if h.s.Agents == nil {
 			t.Skip("e2e: SKIPPED pausing the agents: the suite did not start them (NOMAD_ADDR and CONSUL_HTTP_ADDR are someone's running agents)")
 		}
-		g2 := h.startServe("e2e-13b", "", "")
+		g2 := h.startStandby(t, "e2e-13b", rev)
 		defer g2.stop(t)
 		for _, a := range []struct {
 			name string
