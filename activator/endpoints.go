@@ -12,14 +12,16 @@ import (
 // endpointTracker decides which of a revision's instances may receive
 // requests, merging the two sources that describe them:
 //
-//   - Nomad (allocations: Running, address and port) knows first that an
-//     instance starts and that it stops;
+//   - Nomad (allocations: Running or Starting, address and port) knows
+//     first that an instance starts and that it stops;
 //   - Consul (passing instances) knows that it is healthy, but only at its
 //     check interval.
 //
 // The rule: an instance is routable when Consul lists it passing, or when
-// the activator's own probe of its Running allocation succeeded. It stops
-// being routable at once when Nomad reports the allocation not running (or
+// the activator's own probe of its Running or Starting allocation (placed,
+// ports assigned, its client has not reported it running yet) succeeded.
+// It stops being routable at once when Nomad reports the allocation told to
+// stop or gone (or
 // forgets it: Nomad knows before Consul's deregistration lands), or when
 // Consul drops it after having listed it (a failing check is not overridden
 // by an older probe). The two sources meet on address:port.
@@ -47,7 +49,7 @@ type endpoint struct {
 	Alloc     string // "" when only Consul knows it
 	AdminPort int
 	Routable  bool
-	// NeedsProbe is true for a Running allocation that is not routable yet
+	// NeedsProbe is true for a Running or Starting allocation that is not routable yet
 	// and that Consul has not dropped: the activator probes it directly.
 	NeedsProbe bool
 }
@@ -62,6 +64,9 @@ type probeKey struct {
 	HostPort string
 	Alloc    string
 }
+
+// live reports whether Nomad runs the allocation or is starting it.
+func live(a catalog.Allocation) bool { return a.Running || a.Starting }
 
 // hostPort is the dial address of addr and port (an IPv6 address in
 // brackets).
@@ -78,7 +83,7 @@ func (t *endpointTracker) update(allocs []catalog.Allocation, ready []consulrout
 		hp := hostPort(a.Address, a.Port)
 		// Two allocations on one address (an old one stopping, a new one
 		// starting): the running one describes the address.
-		if old, ok := byHP[hp]; ok && old.Running && !a.Running {
+		if old, ok := byHP[hp]; ok && live(old) && !live(a) {
 			continue
 		}
 		byHP[hp] = a
@@ -120,11 +125,11 @@ func (t *endpointTracker) update(allocs []catalog.Allocation, ready []consulrout
 			// A different allocation at this address, or the same one
 			// running again after Nomad stopped it: start over, it must be
 			// probed or listed anew.
-			if (m.alloc != "" && m.alloc != a.ID) || (a.Running && m.stopped) {
+			if (m.alloc != "" && m.alloc != a.ID) || (live(a) && m.stopped) {
 				*m = endpointMemory{}
 			}
 			m.alloc = a.ID
-			if !a.Running {
+			if !live(a) {
 				m.stopped = true
 			}
 		} else if m.alloc != "" {
@@ -141,7 +146,11 @@ func (t *endpointTracker) update(allocs []catalog.Allocation, ready []consulrout
 		if !m.dropped && !m.stopped && m.alloc != "" && probed[probeKey{hp, m.alloc}] {
 			m.probed = true
 		}
-		running := hasAlloc && a.Running
+		// A starting allocation (placed, not yet reported running) is
+		// probed like a running one: its sidecar answers as soon as its
+		// app is ready, and Nomad hears that it runs only at its client's
+		// next batched update.
+		running := hasAlloc && live(a) && a.Port != 0
 		e := endpoint{
 			HostPort:   hp,
 			Alloc:      m.alloc,

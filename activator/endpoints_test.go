@@ -11,6 +11,12 @@ func alloc(id string, port int, running bool) catalog.Allocation {
 	return catalog.Allocation{ID: id, Revision: "r", Address: "10.0.0.1", Port: port, AdminPort: port + 1, Running: running}
 }
 
+func starting(id string, port int) catalog.Allocation {
+	a := alloc(id, port, false)
+	a.Starting = true
+	return a
+}
+
 func ready(port int) consulroute.Instance {
 	return consulroute.Instance{ID: "svc-" + hostPort("10.0.0.1", port), Revision: "r", Address: "10.0.0.1", Port: port, AdminPort: port + 1}
 }
@@ -70,9 +76,19 @@ func TestEndpointTrackerRule(t *testing.T) {
 		{"a running allocation beside its stopping predecessor on one port", []step{
 			{name: "both", allocs: []catalog.Allocation{alloc("old", 1000, false), alloc("new", 1000, true)}, probed: ok("new"), routable: true},
 		}},
-		{"not running and never listed: neither routable nor probed", []step{
-			{name: "pending", allocs: []catalog.Allocation{alloc("a", 1000, false)}},
+		{"told to stop and never listed: neither routable nor probed", []step{
+			{name: "stopping", allocs: []catalog.Allocation{alloc("a", 1000, false)}},
 		}},
+		{"starting (placed, client not reported running): probed, routable once probed, stays so when running", []step{
+			{name: "starting", allocs: []catalog.Allocation{starting("a", 1000)}, probe: true},
+			{name: "probed", allocs: []catalog.Allocation{starting("a", 1000)}, probed: ok("a"), routable: true},
+			{name: "nomad says running", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: ok("a"), routable: true},
+		}},
+		{"starting and told to stop before it ran: not routable, not probed again", []step{
+			{name: "starting, probed", allocs: []catalog.Allocation{starting("a", 1000)}, probed: ok("a"), routable: true},
+			{name: "stopped", allocs: []catalog.Allocation{alloc("a", 1000, false)}, probed: ok("a")},
+		}},
+
 		{"an allocation restarted in place must be probed again", []step{
 			{name: "probed", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: ok("a"), routable: true},
 			{name: "stopped", allocs: []catalog.Allocation{alloc("a", 1000, false)}, probed: ok("a")},

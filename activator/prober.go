@@ -12,8 +12,8 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
-// prober probes the sidecars of allocations that Nomad reports Running but
-// Consul does not list yet, every interval for at most window, so a new
+// prober probes the sidecars of allocations that Nomad reports Running or
+// Starting but Consul does not list yet, every interval for at most window, so a new
 // instance takes traffic the moment its sidecar answers instead of at the
 // next Consul check. Probes go through the proxy's transport: the connection
 // of the successful probe is kept alive and carries the first request.

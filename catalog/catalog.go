@@ -45,6 +45,11 @@ type Allocation struct {
 	Port      int    `json:"port"`
 	AdminPort int    `json:"admin_port"`
 	Running   bool   `json:"running"`
+	// Starting: placed and meant to run, its client has not reported it
+	// running yet. Its ports are known, so the gateway probes its sidecar
+	// at once rather than after Nomad's client reports (in batches, 200 ms
+	// to a second later).
+	Starting bool `json:"starting,omitempty"`
 }
 
 // Service is a service's route and extra domains.

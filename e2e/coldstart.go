@@ -29,6 +29,9 @@ const (
 	StageAllocRunning = "request in -> allocation running"
 	StageFirstProbe   = "request in -> first probe passing"
 	StageFirstByte    = "request in -> first byte"
+	// StageOurShare is not from the request: the app's first passing
+	// readiness answer to the first byte at the client.
+	StageOurShare = "first probe passing -> first byte (ours)"
 )
 
 // Split returns every stage's time since the request.

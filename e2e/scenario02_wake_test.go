@@ -79,6 +79,12 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 			// agent with a Python app.
 			h.timing("scale call -> first byte", cs.FirstByte.Sub(cs.ScaleCall))
 		}
+		if !cs.FirstProbe.IsZero() && !cs.FirstByte.IsZero() {
+			// Our share: everything after the app first answered its
+			// readiness probe (learning of the allocation, the sidecar's
+			// and the gateway's probes, the forward).
+			h.timing(StageOurShare, cs.FirstByte.Sub(cs.FirstProbe))
+		}
 		t.Logf("wake %d: %v", i, cs.Split())
 		if i == 1 {
 			eventually(t, 30*time.Second, "the stand-in for "+rev+" goes once an instance passes", func() (bool, string) {

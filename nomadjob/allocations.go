@@ -43,6 +43,17 @@ type Allocation struct {
 // Stopped reports whether the allocation is gone or on its way out.
 func (a Allocation) Stopped() bool { return allocStopped(a.ClientStatus, a.DesiredStatus) }
 
+// Starting reports whether the allocation is placed and meant to run but
+// its client has not reported it running yet (Nomad's pending).
+func (a Allocation) Starting() bool { return allocStarting(a.ClientStatus, a.DesiredStatus) }
+
+// allocStarting: placed and meant to run, its client has not said running.
+// The ports are assigned at placement, so its sidecar can be probed before
+// Nomad hears that it runs (a client reports in batches).
+func allocStarting(clientStatus, desiredStatus string) bool {
+	return clientStatus == api.AllocClientStatusPending && desiredStatus == api.AllocDesiredStatusRun
+}
+
 // allocRunning: Nomad runs the allocation's tasks and means to keep it.
 func allocRunning(clientStatus, desiredStatus string) bool {
 	return clientStatus == api.AllocClientStatusRunning && desiredStatus == api.AllocDesiredStatusRun

@@ -61,6 +61,10 @@ type AllocationEvent struct {
 	Stopped bool `json:"stopped"`
 }
 
+// Starting reports whether the allocation is placed and meant to run but
+// not yet reported running.
+func (a AllocationEvent) Starting() bool { return allocStarting(a.ClientStatus, a.DesiredStatus) }
+
 // ErrStreamEnded: an event stream that was open ended (Nomad closed it, the
 // connection broke, or a line did not decode). Reopen it; events may have
 // been missed if Nomad no longer holds the ones after the last index.

@@ -121,7 +121,7 @@ func reconcileNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, 
 			}
 			live[a.ID] = true
 			cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
-				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running})
+				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running, Starting: a.Starting()})
 		}
 		for _, a := range cat.Allocations(r.Name) {
 			if !live[a.ID] {
@@ -165,7 +165,7 @@ func applyNomadEvent(cat *catalog.Catalog, tags *revisionTags, ev nomadjob.Event
 				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: false})
 		default:
 			cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
-				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running})
+				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running, Starting: a.Starting()})
 		}
 	}
 }
