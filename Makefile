@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/nomad-serverless
 PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
-.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz clean
+.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz fuzz-http clean
 
 # CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
 # also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
@@ -85,6 +85,14 @@ bench-gateway: build
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./hcl/
+
+# The data path's parsers: the fast-path request parser against net/http's
+# on the same bytes, and the smuggling screens (one target at a time, as go
+# test fuzzes one per package).
+fuzz-http:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./internal/keepalive/
+	$(GO) test -run '^$$' -fuzz '^FuzzScreenStream$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./internal/keepalive/
+	$(GO) test -run '^$$' -fuzz '^FuzzScreenHead$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./internal/h1/
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/internal/rawhttp"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
@@ -71,7 +73,7 @@ func TestAdminOneResponse(t *testing.T) {
 		{"two different lengths", post + "Content-Length: 1\r\nContent-Length: 2\r\n\r\n{}" + next, 1, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			resps, closed := rawExchange(t, ln.Addr().String(), []string{c.stream}, 0, 500*time.Millisecond)
+			resps, closed := rawhttp.Exchange(t, ln.Addr().String(), []string{c.stream}, 0, 500*time.Millisecond)
 			switch {
 			case c.name == "body shorter than its length":
 				if len(resps) != 0 {

@@ -1,78 +1,12 @@
 package activator
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/rawhttp"
 )
-
-// rawResponse is one response read off a raw connection.
-type rawResponse struct {
-	status int
-	close  bool
-	body   string
-	cut    bool // the response ended before its framing said
-}
-
-// rawExchange writes each part of a request stream to addr (pausing
-// between parts), then reads until the server closes the connection or it
-// stays quiet for quiet, and returns every response on it and whether the
-// server closed it.
-func rawExchange(t *testing.T, addr string, parts []string, pause, quiet time.Duration) ([]rawResponse, bool) {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	got := make(chan []byte, 1)
-	closed := make(chan bool, 1)
-	go func() {
-		var all []byte
-		buf := make([]byte, 32<<10)
-		for {
-			c.SetReadDeadline(time.Now().Add(quiet))
-			n, err := c.Read(buf)
-			all = append(all, buf[:n]...)
-			if err != nil {
-				var ne net.Error
-				closed <- !(errors.As(err, &ne) && ne.Timeout())
-				got <- all
-				return
-			}
-		}
-	}()
-	for i, p := range parts {
-		if i > 0 {
-			time.Sleep(pause)
-		}
-		if _, err := c.Write([]byte(p)); err != nil {
-			break // the server closed: what it answered is read below
-		}
-	}
-	wasClosed, all := <-closed, <-got
-	var out []rawResponse
-	br := bufio.NewReader(bytes.NewReader(all))
-	for {
-		if _, err := br.Peek(1); err != nil {
-			break
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			out = append(out, rawResponse{cut: true, body: err.Error()})
-			break
-		}
-		b, err := io.ReadAll(resp.Body)
-		out = append(out, rawResponse{status: resp.StatusCode, close: resp.Close, body: string(b), cut: err != nil})
-	}
-	return out, wasClosed
-}
 
 // Hostile input through the gateway to a real sidecar and test app: every
 // request gets exactly one response, a clear 4xx for what is malformed,
@@ -137,20 +71,20 @@ func TestHostileInputGateway(t *testing.T) {
 				parts := append([]string(nil), c.parts...)
 				parts[0] = lead + parts[0]
 				before := in.appStats(t).Requests
-				resps, closed := rawExchange(t, pg.addr, parts, 300*time.Millisecond, 2*time.Second)
+				resps, closed := rawhttp.Exchange(t, pg.addr, parts, 300*time.Millisecond, 2*time.Second)
 				saw := in.appStats(t).Requests - before
 				if lead != "" {
-					if len(resps) == 0 || resps[0].status != 200 {
+					if len(resps) == 0 || resps[0].Status != 200 {
 						t.Fatalf("the plain request first: %+v", resps)
 					}
 					resps, saw = resps[1:], saw-1
 				}
 				ok := len(resps) == len(c.want.statuses) && closed == c.want.closed
 				for i := 0; ok && i < len(resps); i++ {
-					if w := c.want.statuses[i]; w != 0 && resps[i].status != w {
+					if w := c.want.statuses[i]; w != 0 && resps[i].Status != w {
 						ok = false
 					}
-					if i == len(resps)-1 && c.want.closed && !resps[i].cut && !resps[i].close {
+					if i == len(resps)-1 && c.want.closed && !resps[i].Cut && !resps[i].Close {
 						ok = false // the last answer must say it closes
 					}
 				}

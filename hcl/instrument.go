@@ -154,14 +154,9 @@ func (h *forHook) Value(ctx *hcl2.EvalContext) (cty.Value, hcl2.Diagnostics) {
 	if h.b.spent() {
 		return cty.DynamicVal, nil
 	}
-	coll, diags := h.CollExpr.Value(ctx)
+	coll, diags := h.b.chargeElements(ctx, h.CollExpr, stepsPerIteration)
 	if diags.HasErrors() {
 		return cty.DynamicVal, diags
-	}
-	if u, _ := coll.Unmark(); u.IsKnown() && !u.IsNull() && u.CanIterateElements() {
-		if err := h.b.spend(stepsPerIteration * u.LengthInt()); err != nil {
-			return cty.DynamicVal, append(diags, h.b.diag(err, h.CollExpr.Range()))
-		}
 	}
 	// Run HCL's loop over the value just computed, so the collection is
 	// evaluated once.
@@ -169,6 +164,21 @@ func (h *forHook) Value(ctx *hcl2.EvalContext) (cty.Value, hcl2.Diagnostics) {
 	e.CollExpr = &hclsyntax.LiteralValueExpr{Val: coll, SrcRange: h.CollExpr.Range()}
 	v, d := e.Value(ctx)
 	return h.b.checked(v, append(diags, d...), h.SrcRange)
+}
+
+// chargeElements evaluates the collection a loop or splat goes over and
+// charges per steps for each of its elements before anything iterates it.
+func (b *budget) chargeElements(ctx *hcl2.EvalContext, coll hclsyntax.Expression, per int) (cty.Value, hcl2.Diagnostics) {
+	v, diags := coll.Value(ctx)
+	if diags.HasErrors() {
+		return v, diags
+	}
+	if u, _ := v.Unmark(); u.IsKnown() && !u.IsNull() && u.CanIterateElements() {
+		if err := b.spend(per * u.LengthInt()); err != nil {
+			return v, append(diags, b.diag(err, coll.Range()))
+		}
+	}
+	return v, diags
 }
 
 // splatHook charges a splat expression (list[*].name) for the elements it
@@ -182,14 +192,9 @@ func (h *splatHook) Value(ctx *hcl2.EvalContext) (cty.Value, hcl2.Diagnostics) {
 	if h.b.spent() {
 		return cty.DynamicVal, nil
 	}
-	src, diags := h.Source.Value(ctx)
+	src, diags := h.b.chargeElements(ctx, h.Source, stepsPerElement)
 	if diags.HasErrors() {
 		return cty.DynamicVal, diags
-	}
-	if u, _ := src.Unmark(); u.IsKnown() && !u.IsNull() && u.CanIterateElements() {
-		if err := h.b.spend(stepsPerElement * u.LengthInt()); err != nil {
-			return cty.DynamicVal, append(diags, h.b.diag(err, h.Source.Range()))
-		}
 	}
 	e := *h.SplatExpr
 	e.Source = &hclsyntax.LiteralValueExpr{Val: src, SrcRange: h.Source.Range()}

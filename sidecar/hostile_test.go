@@ -1,80 +1,14 @@
 package sidecar_test
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/internal/rawhttp"
+
 	"github.com/nomad-serverless/nomad-serverless/sidecar"
 )
-
-// rawResponse is one response read off a raw connection.
-type rawResponse struct {
-	status int
-	close  bool
-	body   string
-	cut    bool // the response ended before its framing said
-}
-
-// rawExchange writes each part of a request stream to addr (pausing
-// between parts), then reads until the server closes the connection or it
-// stays quiet for quiet, and returns every response on it and whether the
-// server closed it.
-func rawExchange(t *testing.T, addr string, parts []string, pause, quiet time.Duration) ([]rawResponse, bool) {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	got := make(chan []byte, 1)
-	closed := make(chan bool, 1)
-	go func() {
-		var all []byte
-		buf := make([]byte, 32<<10)
-		for {
-			c.SetReadDeadline(time.Now().Add(quiet))
-			n, err := c.Read(buf)
-			all = append(all, buf[:n]...)
-			if err != nil {
-				var ne net.Error
-				closed <- !(errors.As(err, &ne) && ne.Timeout())
-				got <- all
-				return
-			}
-		}
-	}()
-	for i, p := range parts {
-		if i > 0 {
-			time.Sleep(pause)
-		}
-		if _, err := c.Write([]byte(p)); err != nil {
-			break // the server closed: what it answered is read below
-		}
-	}
-	wasClosed, all := <-closed, <-got
-	var out []rawResponse
-	br := bufio.NewReader(bytes.NewReader(all))
-	for {
-		if _, err := br.Peek(1); err != nil {
-			break
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			out = append(out, rawResponse{cut: true, body: err.Error()})
-			break
-		}
-		b, err := io.ReadAll(resp.Body)
-		out = append(out, rawResponse{status: resp.StatusCode, close: resp.Close, body: string(b), cut: err != nil})
-	}
-	return out, wasClosed
-}
 
 // Hostile input straight to the sidecar (no gateway in front), a real test
 // app behind it: every request gets exactly one response, a clear 4xx for
@@ -135,14 +69,14 @@ func TestHostileInputSidecar(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := a.stats(t).Requests
-			resps, closed := rawExchange(t, addr, c.parts, 300*time.Millisecond, time.Second)
+			resps, closed := rawhttp.Exchange(t, addr, c.parts, 300*time.Millisecond, time.Second)
 			saw := a.stats(t).Requests - before
 			ok := len(resps) == len(c.want.statuses) && closed == c.want.closed
 			for i := 0; ok && i < len(resps); i++ {
-				if w := c.want.statuses[i]; w != 0 && resps[i].status != w {
+				if w := c.want.statuses[i]; w != 0 && resps[i].Status != w {
 					ok = false
 				}
-				if i == len(resps)-1 && !resps[i].cut && !resps[i].close && (c.want.closed || i > 0 && c.want.statuses[i] >= 400) {
+				if i == len(resps)-1 && !resps[i].Cut && !resps[i].Close && (c.want.closed || i > 0 && c.want.statuses[i] >= 400) {
 					ok = false // the last answer must say it closes
 				}
 			}
