@@ -127,8 +127,10 @@ func (d *Decider) Decide(in Inputs, now time.Time) Decision {
 	// revision there or someone else took it there (deploy stopping a
 	// revision that failed to start, an operator): the autoscaler must not
 	// bring back what was put to sleep on purpose.
+	reachedInitial := false
 	if !d.initialized && (in.Ready >= s.Initial || in.Count == 0 || now.Sub(d.firstSeen) >= initialScaleDeadline) {
 		d.initialized = true
+		reachedInitial = in.Count > 0 && in.Ready >= s.Initial
 	}
 	if in.ActivatorInPath {
 		if d.inPathSince.IsZero() {
@@ -144,6 +146,14 @@ func (d *Decider) Decide(in Inputs, now time.Time) Decision {
 		}
 	} else {
 		d.idleSince = time.Time{}
+	}
+	if reachedInitial && quiet {
+		// Starting is not idling: the grace of an idle revision starts
+		// when it reached its initial scale. Counted from before, a
+		// revision that took longer than the grace to start went to zero
+		// the moment it was first ready, before `deploy -wait` (which
+		// polls for it) or anyone else could see it ready.
+		d.idleSince = now
 	}
 
 	if !obs.Data {

@@ -167,6 +167,18 @@ func TestDecider(t *testing.T) {
 			},
 		},
 		{
+			name:    "initial: the grace of an idle revision starts when it reached its initial scale (starting is not idling)",
+			scaling: func(s *spec.Scaling) { s.Initial = 1; s.ScaleToZeroGrace = sec(2) },
+			steps: []step{
+				{at: 0, in: Inputs{Ready: 0, Count: 1, Observed: seen(0, 0), ActivatorInPath: true}, want: 1, rule: RuleInitial},
+				{at: sec(4), in: Inputs{Ready: 0, Count: 1, Observed: seen(0, 0), ActivatorInPath: true}, want: 1, rule: RuleInitial},
+				// Ready after 6 s of a quiet start: kept for the grace.
+				{at: sec(6), in: running(1, seen(0, 0)), want: 1, rule: RuleIdle},
+				{at: sec(7), in: running(1, seen(0, 0)), want: 1, rule: RuleIdle},
+				{at: sec(8), in: running(1, seen(0, 0)), want: 0, rule: RuleZero},
+			},
+		},
+		{
 			name:    "initial: not applied to a revision already at zero (a new leader)",
 			scaling: func(s *spec.Scaling) { s.Initial = 2 },
 			steps: []step{
