@@ -45,9 +45,15 @@ func TestE2E21ManyRevisions(t *testing.T) {
 		services = append(services, s)
 	}
 	h.t.Cleanup(func() { h.deleteAll(prefix + "-") })
-	file := h.writeServices("many.hcl", services...)
+	// A team keeps many services in several files: one file is bounded
+	// (hcl.MaxFileBytes), and 1,000 services are about 500 KB.
+	args := []string{"deploy", "-sidecar-command", h.bin, "-detach"}
+	const perFile = 200
+	for i := 0; i < len(services); i += perFile {
+		args = append(args, h.writeServices(fmt.Sprintf("many-%02d.hcl", i/perFile), services[i:min(i+perFile, len(services))]...))
+	}
 	start := time.Now()
-	h.mustCLI("deploy", "-sidecar-command", h.bin, "-detach", file)
+	h.mustCLI(args...)
 	took := time.Since(start)
 	h.timing(fmt.Sprintf("deploy -detach of %d services at zero", n), took)
 	h.timing("deploy: per service", took/time.Duration(n))
