@@ -2,6 +2,7 @@ package activator
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -144,5 +145,62 @@ func TestRetryBudgetBoundsAnOutage(t *testing.T) {
 	}
 	if counter(t, tg.reg, "nomad_serverless_gateway_retries_denied_total", map[string]string{"reason": "budget"}) == 0 {
 		t.Fatal("no retry denied for the budget")
+	}
+}
+
+// An idempotent request in flight when its instance dies (the connection
+// resets after the request was written, before any response) goes to
+// another instance, as Envoy's retry_on: reset does for it; a POST that
+// may have reached the app is answered, not run twice. A reset does not
+// eject (the request may be what kills its app).
+func TestResetInFlightRetriedWhenIdempotent(t *testing.T) {
+	cat := oneRevision(0, time.Minute)
+	dying := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0) // close with a reset, as a killed process's socket does
+		}
+		c.Close()
+	})
+	good := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok "+r.Method)
+	})
+	cat.SetReady("hello-00001", []consulroute.Instance{dying.instance("hello-00001"), good.instance("hello-00001")})
+	tg := startGateway(t, cat, nil, func(c *Config) { c.Policy = PolicyRoundRobin })
+	for i := range 10 {
+		code, body, _ := tg.get(t, "hello.default.localhost", "/", nil)
+		if code != 200 || body != "ok GET" {
+			t.Fatalf("GET %d: %d %q, want 200 from the other instance", i, code, body)
+		}
+	}
+	if dying.requests.Load() == 0 {
+		t.Fatal("no GET reached the dying instance: the test proves nothing")
+	}
+	if n := counter(t, tg.reg, "nomad_serverless_gateway_ejections_total", nil); n != 0 {
+		t.Errorf("ejections_total = %v, want 0: a reset with a request in flight does not eject", n)
+	}
+	before := dying.requests.Load()
+	failed := 0
+	for range 10 {
+		req, _ := http.NewRequest(http.MethodPost, tg.srv.URL+"/", strings.NewReader("p"))
+		req.Host = "hello.default.localhost"
+		resp, err := tg.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			failed++
+		}
+	}
+	if got := dying.requests.Load() - before; failed == 0 || int64(failed) != got {
+		t.Errorf("%d POSTs failed, %d reached the dying instance: want every POST it took answered with an error, not retried", failed, got)
 	}
 }

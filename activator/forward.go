@@ -48,8 +48,10 @@ import (
 // never written on a connection closed meanwhile (rawio.Quiet looks
 // first). A failure that proves the app never saw the request (dial
 // failed, nothing written, the sidecar's NotServed 502) sends it to
-// another instance whatever its method, within the revision's retry
-// budget; one that proves the instance cannot serve ejects it.
+// another instance whatever its method, and an idempotent request whose
+// connection broke before any response goes there too, within the
+// revision's retry budget; one that proves the instance cannot serve
+// ejects it.
 func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, deadline time.Time) {
 	replayable := h1.Replayable(r.Method)
 	fresh := false
@@ -97,6 +99,8 @@ func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, 
 			fl = failNotServed
 		case !res.wrote && !res.gotResponse:
 			fl = failUnsent
+		case replayable && !res.gotResponse && !errors.Is(err, errClientWrite):
+			fl = failReset
 		}
 		if !fl.retryable() || r.Context().Err() != nil {
 			f.status = g.upstreamFailed(w, r, f, err, deadline)
@@ -118,6 +122,12 @@ func (g *Gateway) retryElsewhere(w http.ResponseWriter, r *http.Request, f *forw
 		g.ejectBackend(f.rev, f.b, fl)
 	}
 	if why := f.mayRetry(); why != "" {
+		if fl == failReset {
+			// It may have reached the app: answered as any failure
+			// after the request was sent, not as one safe to retry.
+			f.status = g.upstreamFailed(w, r, f, err, deadline)
+			return false
+		}
 		f.status = g.notRetried(w, f, fl, err, why)
 		return false
 	}

@@ -288,7 +288,8 @@ func TestRetryOnlyWhenConnectionRefused(t *testing.T) {
 	}
 
 	// An instance that accepts and then drops the connection may have seen
-	// the request: no retry, 502.
+	// the request: a GET is sent again (idempotent) until its tries run
+	// out, then answered 502; a POST is not sent again.
 	ln2, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -316,8 +317,23 @@ func TestRetryOnlyWhenConnectionRefused(t *testing.T) {
 	if code != http.StatusBadGateway || !strings.Contains(body, "failed to answer") {
 		t.Fatalf("dropped connection: %d %q", code, body)
 	}
+	if after := counter(t, tg.reg, "nomad_serverless_gateway_retries_total", nil); after != before+maxRetries {
+		t.Fatalf("a dropped GET was retried %v times, want %d", after-before, maxRetries)
+	}
+	before = counter(t, tg.reg, "nomad_serverless_gateway_retries_total", nil)
+	req, _ := http.NewRequest(http.MethodPost, tg.srv.URL+"/", strings.NewReader("once"))
+	req.Host = "hello.default.localhost"
+	resp, err := tg.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("dropped POST: %d %q", resp.StatusCode, b)
+	}
 	if after := counter(t, tg.reg, "nomad_serverless_gateway_retries_total", nil); after != before {
-		t.Fatal("retried a request that may have reached the app")
+		t.Fatal("retried a POST that may have reached the app")
 	}
 }
 

@@ -23,7 +23,14 @@ import (
 //     unreachable and the request is, by the sidecar's rules, safe to
 //     send elsewhere.
 //
-// Anything else (a connection dropped after the request was written, a
+// One more qualifies for idempotent requests only (GET, HEAD, OPTIONS,
+// TRACE without a body: h1.Replayable), as Envoy's retry_on: reset does for
+// them and as the sidecar does in front of its app: the connection broke
+// after the request was written and before any byte of a response came
+// back. The instance (its node, its sidecar) died with the request in
+// flight; running it again elsewhere is what the method allows.
+//
+// Anything else (a non-idempotent request dropped after it was written, a
 // malformed response, a timeout) may have reached the app; it is answered,
 // not retried, and does not eject: an app that fails one request is the
 // app's business, not an outage of the instance.
@@ -34,16 +41,19 @@ const (
 	failDial                     // no connection to the sidecar
 	failUnsent                   // the connection broke before a byte was written
 	failNotServed                // the sidecar says its app did not serve it
+	failReset                    // an idempotent request's connection broke before a response
 )
 
-// retryable reports whether the request may go to another instance,
-// whatever its method.
+// retryable reports whether the request may go to another instance (for
+// failReset only ever classified for idempotent requests).
 func (f failure) retryable() bool { return f != failOther }
 
 // ejects reports whether the instance leaves balancing until a probe
 // passes. A connection that broke unwritten does not: it says the
 // connection was stale, not that the instance is down (the attempt on a
-// new connection finds out).
+// new connection finds out). Nor does a reset with a request in flight: a
+// request that kills its app would otherwise eject every instance it is
+// retried on; a dead instance's next attempt fails to dial and ejects.
 func (f failure) ejects() bool { return f == failDial || f == failNotServed }
 
 func (f failure) String() string {
@@ -54,6 +64,8 @@ func (f failure) String() string {
 		return "connection broke before the request was sent"
 	case failNotServed:
 		return "the instance's app is unreachable"
+	case failReset:
+		return "connection broke before a response to an idempotent request"
 	}
 	return "failed"
 }

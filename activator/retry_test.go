@@ -18,6 +18,7 @@ func TestFailureRules(t *testing.T) {
 		{failDial, true, true},      // nothing listens, or unreachable
 		{failUnsent, true, false},   // a stale connection says nothing of the instance
 		{failNotServed, true, true}, // the sidecar's app is down
+		{failReset, true, false},    // idempotent, in flight when the instance died
 	} {
 		if c.f.retryable() != c.retryable || c.f.ejects() != c.ejects {
 			t.Errorf("%v: retryable=%v ejects=%v, want %v %v", c.f, c.f.retryable(), c.f.ejects(), c.retryable, c.ejects)
