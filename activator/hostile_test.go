@@ -33,6 +33,9 @@ func TestHostileInputGateway(t *testing.T) {
 		closed   bool
 		appSaw   int // work requests the app saw after the lead (-1: any)
 	}
+	// pastLimit: cases whose client keeps sending after the gateway
+	// stopped reading.
+	pastLimit := map[string]bool{"chunked body over the limit": true}
 	for _, c := range []struct {
 		name  string
 		parts []string
@@ -70,9 +73,23 @@ func TestHostileInputGateway(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				parts := append([]string(nil), c.parts...)
 				parts[0] = lead + parts[0]
-				before := in.appStats(t).Requests
-				resps, closed := rawhttp.Exchange(t, pg.addr, parts, 300*time.Millisecond, 2*time.Second)
-				saw := in.appStats(t).Requests - before
+				var resps []rawhttp.Response
+				var closed bool
+				var saw int64
+				for attempt := 1; ; attempt++ {
+					before := in.appStats(t).Requests
+					r := rawhttp.ExchangeDetail(t, pg.addr, parts, 300*time.Millisecond, 2*time.Second)
+					resps, closed, saw = r.Responses, r.Closed, in.appStats(t).Requests-before
+					// A client that keeps sending past a limit gets a
+					// reset when the gateway closes over its unread bytes,
+					// and a reset can destroy the answer before the client
+					// reads it: TCP's doing, not a missing answer, so try
+					// again (an answer that is never sent fails every time).
+					if !(pastLimit[c.name] && r.Reset && len(resps) == 0 && attempt < 3) {
+						break
+					}
+					t.Logf("attempt %d: the connection was reset before the answer was read; again", attempt)
+				}
 				if lead != "" {
 					if len(resps) == 0 || resps[0].Status != 200 {
 						t.Fatalf("the plain request first: %+v", resps)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -31,6 +32,23 @@ type Response struct {
 // has read everything is heard.
 func Exchange(t testing.TB, addr string, parts []string, pause, quiet time.Duration) ([]Response, bool) {
 	t.Helper()
+	r := ExchangeDetail(t, addr, parts, pause, quiet)
+	return r.Responses, r.Closed
+}
+
+// Result is what one exchange saw.
+type Result struct {
+	Responses []Response
+	// Closed: the server closed the connection (it did not just go
+	// quiet). Reset: it closed with a reset, which can destroy an answer
+	// the client had not read yet (a server closing with bytes of the
+	// request unread sends one).
+	Closed, Reset bool
+}
+
+// ExchangeDetail is Exchange, saying also whether the close was a reset.
+func ExchangeDetail(t testing.TB, addr string, parts []string, pause, quiet time.Duration) Result {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +56,7 @@ func Exchange(t testing.TB, addr string, parts []string, pause, quiet time.Durat
 	defer c.Close()
 	got := make(chan []byte, 1)
 	closed := make(chan bool, 1)
+	reset := make(chan bool, 1)
 	go func() {
 		var all []byte
 		buf := make([]byte, 32<<10)
@@ -48,6 +67,7 @@ func Exchange(t testing.TB, addr string, parts []string, pause, quiet time.Durat
 			if err != nil {
 				var ne net.Error
 				closed <- !(errors.As(err, &ne) && ne.Timeout())
+				reset <- errors.Is(err, syscall.ECONNRESET)
 				got <- all
 				return
 			}
@@ -61,8 +81,8 @@ func Exchange(t testing.TB, addr string, parts []string, pause, quiet time.Durat
 			break // the server closed: what it answered is read below
 		}
 	}
-	wasClosed, all := <-closed, <-got
-	return Parse(all), wasClosed
+	wasClosed, wasReset, all := <-closed, <-reset, <-got
+	return Result{Responses: Parse(all), Closed: wasClosed, Reset: wasReset}
 }
 
 // Parse splits bytes read off a connection into responses; one whose
