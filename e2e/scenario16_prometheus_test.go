@@ -579,10 +579,13 @@ func TestE2E16Prometheus(t *testing.T) {
 	// The sidecars' counters lose what a sidecar counted after its last
 	// scrape: Nomad deregisters an instance from Consul, so from discovery,
 	// as it starts draining, and the revision scales down while the load
-	// still runs (5 -> 4 -> 2 -> 1 in a 15 s load: 12 % of the requests went
-	// unscraped once). They still grow with the load.
-	grew("sidecar requests", 0.5*sent)
-	grew("sidecar latency count", 0.5*sent)
+	// still runs (5 -> 4 -> 2 -> 1 in a 15 s load). An instance also takes
+	// traffic as soon as the gateway's probe passes, before Consul (and so
+	// Prometheus) lists it, and one that goes again before its first
+	// scrape is never seen. 12 % of the requests went unscraped once, 57 %
+	// once in 7 runs. They still grow with the load.
+	grew("sidecar requests", 0.2*sent)
+	grew("sidecar latency count", 0.2*sent)
 	grew("gateway latency sum", 0.2*sent)
 	grew("scale calls", 2)
 	grew("wakes", 1)
