@@ -70,11 +70,15 @@ e2e-rehearsal: build
 bench: bench-sidecar bench-gateway
 	$(GO) test -run '^$$' -bench . -benchmem ./spec/ ./hcl/ ./autoscaler/ ./sidecar/ ./activator/
 
+# BENCHFLAGS passes loadbench flags: make bench-sidecar
+# BENCHFLAGS='-duration 1s -rounds 2' for a quick look, BENCHFLAGS='-peers ""'
+# to leave HAProxy and nginx out.
+BENCHFLAGS ?=
 bench-sidecar: build
-	$(GO) run ./internal/loadbench -mode sidecar -bin $(BIN)
+	$(GO) run ./internal/loadbench -mode sidecar -bin $(BIN) $(BENCHFLAGS)
 
 bench-gateway: build
-	$(GO) run ./internal/loadbench -mode gateway -bin $(BIN)
+	$(GO) run ./internal/loadbench -mode gateway -bin $(BIN) $(BENCHFLAGS)
 
 # The HCL parser's fuzz target (make fuzz FUZZTIME=10m for longer).
 # -fuzzminimizetime 1000x: Go minimizes every new interesting input, by

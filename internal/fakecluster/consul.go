@@ -1,6 +1,7 @@
 package fakecluster
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -163,6 +164,7 @@ func (c *Consul) handler() http.Handler {
 	mux.HandleFunc("PUT /v1/session/create", c.sessionCreate)
 	mux.HandleFunc("PUT /v1/session/renew/{id}", c.sessionRenew)
 	mux.HandleFunc("PUT /v1/session/destroy/{id}", c.sessionDestroy)
+	mux.HandleFunc("GET /v1/session/list", c.sessionList)
 	mux.HandleFunc("PUT /v1/config", c.configSet)
 	mux.HandleFunc("GET /v1/config/{kind}", c.configList)
 	mux.HandleFunc("GET /v1/config/{kind}/{name}", c.configGet)
@@ -751,6 +753,22 @@ func (c *Consul) sessionDestroy(w http.ResponseWriter, r *http.Request) {
 	c.mu.Unlock()
 	c.changed.notify()
 	writeJSON(w, writeHeaders, true)
+}
+
+// sessionList answers every live session, oldest first, as Consul does.
+func (c *Consul) sessionList(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	all := make([]*session, 0, len(c.sessions))
+	for _, s := range c.sessions {
+		all = append(all, s)
+	}
+	slices.SortFunc(all, func(a, b *session) int { return cmp.Compare(a.CreateIndex, b.CreateIndex) })
+	out := make([]map[string]any, 0, len(all))
+	for _, s := range all {
+		out = append(out, s.wire())
+	}
+	c.mu.Unlock()
+	writeJSON(w, writeHeaders, out)
 }
 
 // ---- test inspection ----

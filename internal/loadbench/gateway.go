@@ -20,7 +20,9 @@ const (
 )
 
 // runGatewayBench measures (a) the test app directly, (b) through a sidecar
-// and (c) through the gateway and the same sidecar, alternating in one run;
+// and (c) through the gateway and the same sidecar, alternating in one run
+// with (d) the gateway straight to the app and each installed peer in the
+// gateway's place, in front of the same sidecar (HAProxy, nginx: (e), (f));
 // then the load-balancing policies' tail latency over several instances;
 // then cold starts (gateway_coldstart.go).
 func runGatewayBench(ctx context.Context, o Options) error {
@@ -48,6 +50,11 @@ func runGatewayBench(ctx context.Context, o Options) error {
 		return err
 	}
 	defer gw.stop(5 * time.Second)
+	peers, err := startPeers(o.Out, o.Peers, addrOf(scPort))
+	if err != nil {
+		return err
+	}
+	defer stopPeers(peers)
 
 	direct := Target{Name: "(a) direct", Addr: addrOf(appPort)}
 	viaSidecar := Target{Name: "(b) sidecar", Addr: addrOf(scPort)}
@@ -59,8 +66,18 @@ func runGatewayBench(ctx context.Context, o Options) error {
 	// 32-connection and one-connection series of a target share its name,
 	// and their CPU must not be pooled.
 	gwCPU := map[*Series]time.Duration{}
+	// A peer's own CPU (all its processes), counted with the sidecar's as
+	// the gateway's is.
+	peerOf := map[string]*peer{}
+	var viaPeers []Target
+	for i, p := range peers {
+		t := Target{Name: fmt.Sprintf("(%c) %s+sidecar", 'e'+i, p.Kind.Name), Addr: p.Addr, Host: svc.host()}
+		viaPeers = append(viaPeers, t)
+		cpuOf[t.Name] = []*proc{sc}
+		peerOf[t.Name] = p
+	}
 
-	for _, t := range []Target{direct, viaSidecar, viaGateway, gatewayOnly} {
+	for _, t := range append([]Target{direct, viaSidecar, viaGateway, gatewayOnly}, viaPeers...) {
 		r := Run(ctx, t, Load{Conns: o.Conns, Duration: o.Warmup})
 		if r.Requests == 0 || r.ByClass[2] != r.Requests {
 			return fmt.Errorf("warm-up of %s: %d requests, %d 2xx, %d errors", t.Name, r.Requests, r.ByClass[2], r.Errors)
@@ -73,6 +90,11 @@ func runGatewayBench(ctx context.Context, o Options) error {
 		for i, p := range procs {
 			before[i], _ = cpuTime(p.pid())
 		}
+		pe := peerOf[t.Name]
+		var peerBefore time.Duration
+		if pe != nil {
+			peerBefore = pe.cpu()
+		}
 		r := Run(ctx, t, Load{Conns: conns, Duration: d})
 		for i, p := range procs {
 			after, _ := cpuTime(p.pid())
@@ -81,18 +103,27 @@ func runGatewayBench(ctx context.Context, o Options) error {
 				gwCPU[s] += after - before[i]
 			}
 		}
+		if pe != nil {
+			s.CPU += pe.cpu() - peerBefore
+		}
 		s.Add(r)
 		PrintRun(o.Out, round, r)
 		return ctx.Err()
 	}
 
-	fmt.Fprintf(o.Out, "\nthroughput, %d connections, alternating (a) (b) (c)\n", o.Conns)
+	type step struct {
+		t Target
+		s *Series
+	}
+	fmt.Fprintf(o.Out, "\nthroughput, %d connections, alternating (a) (b) (c) (d)%s\n", o.Conns, peerLetters(len(peers)))
 	sA, sB, sC, sD := &Series{Name: direct.Name}, &Series{Name: viaSidecar.Name}, &Series{Name: viaGateway.Name}, &Series{Name: gatewayOnly.Name}
+	sPeers := seriesOf(viaPeers)
+	steps := []step{{direct, sA}, {viaSidecar, sB}, {viaGateway, sC}, {gatewayOnly, sD}}
+	for i, t := range viaPeers {
+		steps = append(steps, step{t, sPeers[i]})
+	}
 	for round := 1; round <= o.Rounds; round++ {
-		for _, x := range []struct {
-			t Target
-			s *Series
-		}{{direct, sA}, {viaSidecar, sB}, {viaGateway, sC}, {gatewayOnly, sD}} {
+		for _, x := range steps {
 			if err := run(x.t, o.Conns, o.Duration, x.s, round); err != nil {
 				return err
 			}
@@ -100,11 +131,13 @@ func runGatewayBench(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Out, "\nlatency, 1 connection, alternating\n")
 	oA, oB, oC := &Series{Name: direct.Name}, &Series{Name: viaSidecar.Name}, &Series{Name: viaGateway.Name}
+	oPeers := seriesOf(viaPeers)
+	oneSteps := []step{{direct, oA}, {viaSidecar, oB}, {viaGateway, oC}}
+	for i, t := range viaPeers {
+		oneSteps = append(oneSteps, step{t, oPeers[i]})
+	}
 	for round := 1; round <= o.Rounds; round++ {
-		for _, x := range []struct {
-			t Target
-			s *Series
-		}{{direct, oA}, {viaSidecar, oB}, {viaGateway, oC}} {
+		for _, x := range oneSteps {
 			if err := run(x.t, 1, o.SingleDuration, x.s, round); err != nil {
 				return err
 			}
@@ -113,6 +146,18 @@ func runGatewayBench(ctx context.Context, o Options) error {
 
 	PrintComparison(o.Out, fmt.Sprintf("== throughput, %d connections (ratio = target / direct; CPU/req = the proxies' CPU)", o.Conns), sA, sB, sC, sD)
 	PrintComparison(o.Out, "== one connection", oA, oB, oC)
+	if len(o.Peers) > 0 {
+		// (a), (b) and (d) are references: a peer takes the gateway's
+		// place in front of the same sidecar, so only (c) gets ratios.
+		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxies' CPU)", o.Conns),
+			peerRows([]*Series{sA, sB, sD}, []*Series{sC}, sPeers)); err != nil {
+			return err
+		}
+		if err := PrintPeerComparison(o.Out, "== against the peers, one connection",
+			peerRows([]*Series{oA, oB}, []*Series{oC}, oPeers)); err != nil {
+			return err
+		}
+	}
 
 	a, b, c := sA.Merged(), sB.Merged(), sC.Merged()
 	vsSidecar, vsDirect := c.RPS()/b.RPS(), c.RPS()/a.RPS()
@@ -140,6 +185,7 @@ func runGatewayBench(ctx context.Context, o Options) error {
 	app.stop(5 * time.Second)
 	sc.stop(5 * time.Second)
 	gw.stop(5 * time.Second)
+	stopPeers(peers)
 
 	if err := runPolicyBench(ctx, o); err != nil {
 		return err

@@ -2,7 +2,9 @@
 // 127.0.0.1: a closed-loop HTTP/1.1 load generator (load.go, reusable by
 // every mode) drives the test app directly and through the proxy under
 // test, alternating the two in one run so machine noise lands on both, and
-// prints throughput, p50/p99, ratios, CPU per request and peak RSS.
+// prints throughput, p50/p99, ratios, CPU per request and peak RSS. HAProxy
+// and nginx, when installed, run in the same rounds in front of the same
+// upstream (peer.go), and our ratios against them are printed too.
 //
 //	go run ./internal/loadbench -mode sidecar -bin bin/nomad-serverless
 //
@@ -37,7 +39,11 @@ type Options struct {
 	ProxyEnv map[string]string
 	// ShowOutput prints the output of the processes at the end.
 	ShowOutput bool
-	Out        io.Writer
+	// Peers are the production proxies (HAProxy, nginx) measured beside
+	// ours in the same rounds (peer.go); one that is not installed is
+	// skipped with one line.
+	Peers []peerKind
+	Out   io.Writer
 }
 
 // mode runs one benchmark.
@@ -64,6 +70,7 @@ func main() {
 	flag.DurationVar(&o.Warmup, "warmup", time.Second, "warm-up per target before measuring")
 	flag.DurationVar(&o.SingleDuration, "single-duration", 3*time.Second, "length of one single-connection run")
 	flag.BoolVar(&o.ShowOutput, "show-output", false, "print the output of the started processes at the end")
+	peers := flag.String("peers", strings.Join(peerNames(), ","), "peer proxies to measure beside ours (sidecar and gateway modes), \"\" for none")
 	proxyEnv := flag.String("proxy-env", "", "extra environment for the proxy under test, e.g. GOGC=50,GOMAXPROCS=1")
 	flag.Parse()
 	o.Out = os.Stdout
@@ -75,6 +82,12 @@ func main() {
 			fmt.Fprintf(os.Stderr, "loadbench: -proxy-env %q: want KEY=VALUE,...\n", kv)
 			os.Exit(2)
 		}
+	}
+
+	var err error
+	if o.Peers, err = parsePeers(*peers); err != nil {
+		fmt.Fprintf(os.Stderr, "loadbench: -peers: %v\n", err)
+		os.Exit(2)
 	}
 
 	m, ok := modes()[*name]

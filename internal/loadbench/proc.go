@@ -23,8 +23,15 @@ type proc struct {
 	done chan struct{}
 }
 
-// startProc runs bin args with the current environment plus env.
+// startProc runs bin args with the current environment plus env, in a
+// process group of its own.
 func startProc(name, bin string, args []string, env map[string]string) (*proc, error) {
+	return startProcAttr(name, bin, args, env, &syscall.SysProcAttr{Setpgid: true})
+}
+
+// startProcAttr is startProc with the caller's process attributes (a peer
+// proxy also dies with the benchmark: Pdeathsig).
+func startProcAttr(name, bin string, args []string, env map[string]string, attr *syscall.SysProcAttr) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = os.Environ()
 	for k, v := range env {
@@ -32,7 +39,7 @@ func startProc(name, bin string, args []string, env map[string]string) (*proc, e
 	}
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -105,23 +112,32 @@ func cpuTime(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	_, cpu, err := parseStat(b)
+	return cpu, err
+}
+
+// parseStat reads a /proc/<pid>/stat line: the process group and the
+// user+system CPU time.
+func parseStat(b []byte) (pgrp int, cpu time.Duration, err error) {
 	// Fields after the command name (which may hold spaces) in parentheses.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, errors.New("bad /proc stat")
+		return 0, 0, errors.New("bad /proc stat")
 	}
 	f := strings.Fields(string(b[i+1:]))
-	// utime and stime are fields 14 and 15 (1-based), i.e. f[11], f[12].
+	// pgrp, utime and stime are fields 5, 14 and 15 (1-based), i.e. f[2],
+	// f[11], f[12].
 	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
+		return 0, 0, errors.New("short /proc stat")
 	}
+	g, err0 := strconv.Atoi(f[2])
 	u, err1 := strconv.ParseInt(f[11], 10, 64)
 	s, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("bad /proc stat times")
+	if err0 != nil || err1 != nil || err2 != nil {
+		return 0, 0, errors.New("bad /proc stat times")
 	}
 	// USER_HZ is 100 on Linux.
-	return time.Duration(u+s) * 10 * time.Millisecond, nil
+	return g, time.Duration(u+s) * 10 * time.Millisecond, nil
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

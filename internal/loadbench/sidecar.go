@@ -18,8 +18,9 @@ const (
 )
 
 // runSidecarBench compares the test app reached directly with the same app
-// behind a sidecar without a concurrency limit and behind one with a limit
-// of benchLimit.
+// behind a sidecar without a concurrency limit, behind one with a limit of
+// benchLimit, and behind each installed peer (HAProxy, nginx), all in the
+// same alternating rounds.
 func runSidecarBench(ctx context.Context, o Options) error {
 	ports, err := freePorts(5)
 	if err != nil {
@@ -42,31 +43,41 @@ func runSidecarBench(ctx context.Context, o Options) error {
 		return err
 	}
 	defer limit.stop(5 * time.Second)
+	peers, err := startPeers(o.Out, o.Peers, addrOf(appPort))
+	if err != nil {
+		return err
+	}
+	defer stopPeers(peers)
 
 	direct := Target{Name: "direct", Addr: addrOf(appPort)}
 	viaNoLimit := Target{Name: "sidecar", Addr: addrOf(noLimitPort)}
 	viaLimit := Target{Name: fmt.Sprintf("sidecar concurrency=%d", benchLimit), Addr: addrOf(limitPort)}
 	// CPU is charged to the process under test: the app for direct runs,
-	// the sidecar for proxied ones.
-	procOf := map[string]*proc{direct.Name: app, viaNoLimit.Name: noLimit, viaLimit.Name: limit}
+	// the proxy for proxied ones (all of a peer's processes).
+	cpuOf := map[string]func() time.Duration{direct.Name: procCPU(app), viaNoLimit.Name: procCPU(noLimit), viaLimit.Name: procCPU(limit)}
+	var viaPeers []Target
+	for _, p := range peers {
+		t := Target{Name: p.Kind.Name, Addr: p.Addr}
+		viaPeers = append(viaPeers, t)
+		cpuOf[t.Name] = p.cpu
+	}
 
 	// Warm up (connections, pools, the CPU governor) and discard, but count
 	// what was sent for the stats check.
 	sent := map[string]int64{}
-	for _, t := range []Target{direct, viaNoLimit, viaLimit} {
+	for _, t := range append([]Target{direct, viaNoLimit, viaLimit}, viaPeers...) {
 		sent[t.Name] += Run(ctx, t, Load{Conns: o.Conns, Duration: o.Warmup}).Sent
 	}
 
 	run := func(t Target, conns int, d time.Duration, s *Series, round int) error {
 		var cpu0 time.Duration
-		p := procOf[t.Name]
-		if p != nil {
-			cpu0, _ = cpuTime(p.pid())
+		cpu := cpuOf[t.Name]
+		if cpu != nil {
+			cpu0 = cpu()
 		}
 		r := Run(ctx, t, Load{Conns: conns, Duration: d})
-		if p != nil {
-			cpu1, _ := cpuTime(p.pid())
-			s.CPU += cpu1 - cpu0
+		if cpu != nil {
+			s.CPU += cpu() - cpu0
 		}
 		sent[t.Name] += r.Sent
 		s.Add(r)
@@ -76,11 +87,17 @@ func runSidecarBench(ctx context.Context, o Options) error {
 
 	fmt.Fprintf(o.Out, "\nthroughput, %d connections, alternating\n", o.Conns)
 	sDirect, sNoLimit, sLimit := &Series{Name: direct.Name}, &Series{Name: viaNoLimit.Name}, &Series{Name: viaLimit.Name}
+	sPeers := seriesOf(viaPeers)
+	type step struct {
+		t Target
+		s *Series
+	}
+	steps := []step{{direct, sDirect}, {viaNoLimit, sNoLimit}, {direct, sDirect}, {viaLimit, sLimit}}
+	for i, t := range viaPeers {
+		steps = append(steps, step{t, sPeers[i]})
+	}
 	for round := 1; round <= o.Rounds; round++ {
-		for _, x := range []struct {
-			t Target
-			s *Series
-		}{{direct, sDirect}, {viaNoLimit, sNoLimit}, {direct, sDirect}, {viaLimit, sLimit}} {
+		for _, x := range steps {
 			if err := run(x.t, o.Conns, o.Duration, x.s, round); err != nil {
 				return err
 			}
@@ -89,17 +106,31 @@ func runSidecarBench(ctx context.Context, o Options) error {
 
 	fmt.Fprintf(o.Out, "\nlatency, 1 connection, alternating\n")
 	oneDirect, oneSidecar := &Series{Name: direct.Name}, &Series{Name: viaNoLimit.Name}
+	onePeers := seriesOf(viaPeers)
+	oneSteps := []step{{direct, oneDirect}, {viaNoLimit, oneSidecar}}
+	for i, t := range viaPeers {
+		oneSteps = append(oneSteps, step{t, onePeers[i]})
+	}
 	for round := 1; round <= o.Rounds; round++ {
-		if err := run(direct, 1, o.SingleDuration, oneDirect, round); err != nil {
-			return err
-		}
-		if err := run(viaNoLimit, 1, o.SingleDuration, oneSidecar, round); err != nil {
-			return err
+		for _, x := range oneSteps {
+			if err := run(x.t, 1, o.SingleDuration, x.s, round); err != nil {
+				return err
+			}
 		}
 	}
 
 	PrintComparison(o.Out, fmt.Sprintf("== throughput, %d connections (ratio = proxied / direct)", o.Conns), sDirect, sNoLimit, sLimit)
 	PrintComparison(o.Out, "== one connection", oneDirect, oneSidecar)
+	if len(o.Peers) > 0 {
+		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxy's CPU, the app's for direct)", o.Conns),
+			peerRows([]*Series{sDirect}, []*Series{sNoLimit, sLimit}, sPeers)); err != nil {
+			return err
+		}
+		if err := PrintPeerComparison(o.Out, "== against the peers, one connection",
+			peerRows([]*Series{oneDirect}, []*Series{oneSidecar}, onePeers)); err != nil {
+			return err
+		}
+	}
 	addP50, addMean := AddedLatency(oneDirect, oneSidecar)
 
 	rssNoLimit, err := peakRSS(noLimit.pid())
@@ -119,7 +150,11 @@ func runSidecarBench(ctx context.Context, o Options) error {
 		fmtMiB(rssNoLimit), benchLimit, fmtMiB(rssLimit), fmtMiB(rssApp), fmtMiB(targetPeakRSS), verdict(rssNoLimit < targetPeakRSS && rssLimit < targetPeakRSS))
 
 	if o.ShowOutput {
-		for _, p := range []*proc{app, noLimit, limit} {
+		procs := []*proc{app, noLimit, limit}
+		for _, p := range peers {
+			procs = append(procs, p.proc)
+		}
+		for _, p := range procs {
 			fmt.Fprintf(o.Out, "\n== output of %s\n%s", p.name, p.out.String())
 		}
 	}
