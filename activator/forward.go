@@ -122,7 +122,7 @@ func (g *Gateway) retryElsewhere(w http.ResponseWriter, r *http.Request, f *forw
 		g.ejectBackend(f.rev, f.b, fl)
 	}
 	if why := f.mayRetry(); why != "" {
-		if fl == failReset {
+		if !fl.unseen() {
 			// It may have reached the app: answered as any failure
 			// after the request was sent, not as one safe to retry.
 			f.status = g.upstreamFailed(w, r, f, err, deadline)

@@ -48,6 +48,10 @@ const (
 // failReset only ever classified for idempotent requests).
 func (f failure) retryable() bool { return f != failOther }
 
+// unseen reports whether the failure proves the app never saw the request
+// (a reset with an idempotent request in flight does not: it may have).
+func (f failure) unseen() bool { return f == failDial || f == failUnsent || f == failNotServed }
+
 // ejects reports whether the instance leaves balancing until a probe
 // passes. A connection that broke unwritten does not: it says the
 // connection was stale, not that the instance is down (the attempt on a

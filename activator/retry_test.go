@@ -20,6 +20,9 @@ func TestFailureRules(t *testing.T) {
 		{failNotServed, true, true}, // the sidecar's app is down
 		{failReset, true, false},    // idempotent, in flight when the instance died
 	} {
+		if unseen := c.f != failOther && c.f != failReset; c.f.unseen() != unseen {
+			t.Errorf("%v: unseen=%v, want %v", c.f, c.f.unseen(), unseen)
+		}
 		if c.f.retryable() != c.retryable || c.f.ejects() != c.ejects {
 			t.Errorf("%v: retryable=%v ejects=%v, want %v %v", c.f, c.f.retryable(), c.f.ejects(), c.retryable, c.ejects)
 		}
