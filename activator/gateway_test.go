@@ -417,6 +417,9 @@ func TestPanicIsRecoveredAndCounted(t *testing.T) {
 		if code != 500 || !strings.Contains(body, "internal error") {
 			t.Fatalf("got %d %q", code, body)
 		}
+		if !resp.Close {
+			t.Fatal("the answer after a panic keeps the connection open")
+		}
 	}
 	if n := counter(t, tg.reg, "nomad_serverless_gateway_panics_total", nil); n != 3 {
 		t.Fatalf("panics_total = %v, want 3", n)

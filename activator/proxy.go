@@ -262,6 +262,10 @@ func (g *Gateway) recoverPanic(w http.ResponseWriter, r *http.Request) {
 	}
 	g.metrics.panics.Inc()
 	g.log.Error("panic while serving a request", "host", r.Host, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	// After a bug nothing says where the request body was left: end the
+	// connection with this answer, so the client does not reuse a
+	// connection net/http may close under it.
+	w.Header().Set("Connection", "close")
 	writeError(w, http.StatusInternalServerError, "internal error while serving this request (logged as a bug); retry")
 }
 
