@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,6 +136,58 @@ func TestStartFailingAgentStopsTheRest(t *testing.T) {
 		t.Errorf("progress: %s", progress.String())
 	}
 	devagentstest.AssertGone(t, f.PIDs(t))
+}
+
+// TestStartRefusesAnotherClustersAgent: the port picked for our Nomad's HTTP
+// was taken by another cluster's agent before ours bound it (a parallel
+// test, another dev cluster). That agent answers every check; ours dies of
+// "address already in use". Start must not call it ready.
+func TestStartRefusesAnotherClustersAgent(t *testing.T) {
+	squatter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/status/leader":
+			fmt.Fprint(w, `"127.0.0.1:1"`) // some other cluster's server
+		case "/v1/nodes":
+			fmt.Fprint(w, `[{"ID":"theirs","Status":"ready","Drivers":{"raw_exec":{"Detected":true,"Healthy":true}}}]`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer squatter.Close()
+	port := squatter.Listener.Addr().(*net.TCPAddr).Port
+	f := fakes(t, nil)
+	o := options(t, f, nil)
+	o.Ports.NomadHTTP = port
+	a, err := Start(context.Background(), o)
+	if err == nil || a != nil {
+		a.Stop(5 * time.Second)
+		t.Fatalf("Start with another cluster's agent on Nomad's port: ready, want an error")
+	}
+	// Our fake exits at its failed listen; if the check still runs when
+	// the exit is seen, the error is the exit with the fake's log.
+	if !strings.Contains(err.Error(), "address already in use") && !strings.Contains(err.Error(), "another cluster's agent") {
+		t.Errorf("error says neither why our agent died nor who answered:\n%v", err)
+	}
+	devagentstest.AssertGone(t, f.PIDs(t))
+}
+
+func TestLeaderIs(t *testing.T) {
+	var answer string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, answer) }))
+	defer srv.Close()
+	check := agentHTTP{base: srv.URL}.leaderIs("127.0.0.1:4647")
+	for _, tc := range []struct{ answer, wantErr string }{
+		{`""`, "no leader elected yet"},
+		{`"127.0.0.1:4647"`, ""},
+		{`"127.0.0.1:4747"`, "answers with leader 127.0.0.1:4747, not 127.0.0.1:4647: another cluster's agent listens on this port"},
+		{`not json`, "answer"},
+	} {
+		answer = tc.answer
+		err := check(context.Background())
+		if (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("leader %s: error %v, want %q", tc.answer, err, tc.wantErr)
+		}
+	}
 }
 
 func TestStopKillsWhatIgnoresSIGINT(t *testing.T) {

@@ -168,7 +168,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (c *Cluster, err error)
 	if c.Consul, err = c.start("Consul server", o.ConsulBin, []string{"agent", "-dev", "-config-file", filepath.Join(serverDir, "consul.hcl")}, filepath.Join(serverDir, "consul.log"), false); err != nil {
 		return c, err
 	}
-	if err := WaitFor(ctx, c.Consul, "the Consul server at "+c.ConsulURL, o.ReadyTimeout, o.Poll, consul.leaderCheck); err != nil {
+	if err := WaitFor(ctx, c.Consul, "the Consul server at "+c.ConsulURL, o.ReadyTimeout, o.Poll, consul.leaderIs(c.Ports.consulLeader())); err != nil {
 		return c, err
 	}
 	for _, n := range c.Nodes {
@@ -186,7 +186,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (c *Cluster, err error)
 	if c.Nomad, err = c.start("Nomad server", o.NomadBin, []string{"agent", "-config", filepath.Join(serverDir, "nomad.hcl")}, filepath.Join(serverDir, "nomad.log"), false); err != nil {
 		return c, err
 	}
-	if err := WaitFor(ctx, c.Nomad, "the Nomad server at "+c.NomadAddr, o.ReadyTimeout, o.Poll, nomad.leaderCheck); err != nil {
+	if err := WaitFor(ctx, c.Nomad, "the Nomad server at "+c.NomadAddr, o.ReadyTimeout, o.Poll, nomad.leaderIs(c.Ports.nomadLeader())); err != nil {
 		return c, err
 	}
 	for _, n := range c.Nodes {
@@ -268,7 +268,7 @@ func (c *Cluster) startConsulAgent(n *Node) (err error) {
 // waitConsulAgent waits until the node's Consul agent has joined and knows
 // the leader.
 func (c *Cluster) waitConsulAgent(ctx context.Context, n *Node) error {
-	return WaitFor(ctx, n.Consul, "the Consul agent of "+n.Name+" at "+n.ConsulAddr, c.o.ReadyTimeout, c.o.Poll, n.consulAgent.leaderCheck)
+	return WaitFor(ctx, n.Consul, "the Consul agent of "+n.Name+" at "+n.ConsulAddr, c.o.ReadyTimeout, c.o.Poll, n.consulAgent.leaderIs(c.Ports.consulLeader()))
 }
 
 func (c *Cluster) startNomadClient(n *Node) (err error) {

@@ -111,7 +111,7 @@ func StartDocker(ctx context.Context, o Options, d Docker) (a *Agents, err error
 		return a, err
 	}
 	o.Guard.StopFirst(a.Consul.Pid(), a.Consul.Name)
-	if err := WaitFor(ctx, a.Consul, "Consul at "+a.ConsulURL, o.ReadyTimeout, o.Poll, consul.leaderCheck); err != nil {
+	if err := WaitFor(ctx, a.Consul, "Consul at "+a.ConsulURL, o.ReadyTimeout, o.Poll, consul.leaderIs(ports.consulLeader())); err != nil {
 		return a, err
 	}
 	nomadLog := filepath.Join(o.Dir, "nomad.log")
@@ -121,7 +121,7 @@ func StartDocker(ctx context.Context, o Options, d Docker) (a *Agents, err error
 	}
 	o.Guard.StopFirst(a.Nomad.Pid(), a.Nomad.Name)
 	what := "Nomad at " + a.NomadAddr
-	if err := WaitFor(ctx, a.Nomad, what, o.ReadyTimeout, o.Poll, nomad.leaderCheck); err != nil {
+	if err := WaitFor(ctx, a.Nomad, what, o.ReadyTimeout, o.Poll, nomad.leaderIs(ports.nomadLeader())); err != nil {
 		return a, err
 	}
 	if err := WaitFor(ctx, a.Nomad, what, o.ReadyTimeout, o.Poll, nomad.rawExecNodeCheck); err != nil {

@@ -18,6 +18,13 @@ func (p *Ports) fields() []*int {
 	return []*int{&p.ConsulHTTP, &p.ConsulDNS, &p.ConsulServer, &p.ConsulSerfLAN, &p.ConsulSerfWAN, &p.ConsulGRPC, &p.NomadHTTP, &p.NomadRPC, &p.NomadSerf}
 }
 
+// consulLeader is what the Consul server configured with p answers on
+// /v1/status/leader: its server RPC address (every config binds loopback).
+func (p Ports) consulLeader() string { return "127.0.0.1:" + strconv.Itoa(p.ConsulServer) }
+
+// nomadLeader is the same for the Nomad server: its RPC address.
+func (p Ports) nomadLeader() string { return "127.0.0.1:" + strconv.Itoa(p.NomadRPC) }
+
 // FillFree returns p with every zero port replaced by one free on 127.0.0.1.
 // Every listener is held until all are picked, so no two fields get the
 // same port; a port given in p is kept as it is (see PortFree).

@@ -91,17 +91,26 @@ func (a agentHTTP) send(ctx context.Context, method, path string, in, out any) e
 	return nil
 }
 
-// leaderCheck passes once /v1/status/leader names a leader (Consul and
-// Nomad both answer a quoted address, "" before an election).
-func (a agentHTTP) leaderCheck(ctx context.Context) error {
-	var leader string
-	if err := a.do(ctx, http.MethodGet, "/v1/status/leader", &leader); err != nil {
-		return err
+// leaderIs returns a check that passes once /v1/status/leader names want
+// (host:port of the server's RPC; Consul and Nomad both answer a quoted
+// address, "" before an election). Any other leader means another cluster
+// answers on this HTTP port: a port picked free was taken before our agent
+// bound it, the agent we started is dying of "address already in use", and
+// a check that took any leader would call it ready.
+func (a agentHTTP) leaderIs(want string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var leader string
+		if err := a.do(ctx, http.MethodGet, "/v1/status/leader", &leader); err != nil {
+			return err
+		}
+		switch leader {
+		case "":
+			return errors.New("no leader elected yet")
+		case want:
+			return nil
+		}
+		return fmt.Errorf("%s answers with leader %s, not %s: another cluster's agent listens on this port", a.base, leader, want)
 	}
-	if leader == "" {
-		return errors.New("no leader elected yet")
-	}
-	return nil
 }
 
 // rawExecNodeCheck passes once Nomad has a ready client node whose raw_exec

@@ -262,8 +262,11 @@ func (n *Nomad) register(w http.ResponseWriter, r *http.Request) {
 			writeText(w, nil, http.StatusInternalServerError, "Enforcing job modify index 0: job already exists")
 			return
 		case existing != nil && jmi != deref(existing.job.JobModifyIndex):
+			// The message reads the job under the lock: a scale may
+			// replace it the moment the lock is let go.
+			msg := fmt.Sprintf("Enforcing job modify index %d: job exists with conflicting job modify index: %d", jmi, deref(existing.job.JobModifyIndex))
 			n.mu.Unlock()
-			writeText(w, nil, http.StatusInternalServerError, fmt.Sprintf("Enforcing job modify index %d: job exists with conflicting job modify index: %d", jmi, deref(existing.job.JobModifyIndex)))
+			writeText(w, nil, http.StatusInternalServerError, msg)
 			return
 		case existing == nil && jmi != 0:
 			n.mu.Unlock()
@@ -662,13 +665,15 @@ func (n *Nomad) scale(w http.ResponseWriter, r *http.Request) {
 	prev := int64(deref(tg.Count))
 	if req.Count != nil && tg.Scaling != nil {
 		if tg.Scaling.Min != nil && *req.Count < *tg.Scaling.Min {
+			msg := fmt.Sprintf("group count was less than scaling policy minimum: %d < %d", *req.Count, *tg.Scaling.Min)
 			n.mu.Unlock()
-			writeText(w, nil, http.StatusBadRequest, fmt.Sprintf("group count was less than scaling policy minimum: %d < %d", *req.Count, *tg.Scaling.Min))
+			writeText(w, nil, http.StatusBadRequest, msg)
 			return
 		}
 		if tg.Scaling.Max != nil && *tg.Scaling.Max < *req.Count {
+			msg := fmt.Sprintf("group count was greater than scaling policy maximum: %d > %d", *req.Count, *tg.Scaling.Max)
 			n.mu.Unlock()
-			writeText(w, nil, http.StatusBadRequest, fmt.Sprintf("group count was greater than scaling policy maximum: %d > %d", *req.Count, *tg.Scaling.Max))
+			writeText(w, nil, http.StatusBadRequest, msg)
 			return
 		}
 	}

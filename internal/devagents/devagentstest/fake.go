@@ -1,9 +1,9 @@
 // Package devagentstest runs fake `consul`, `nomad` and `serve` executables
 // for tests of code that starts dev agents (internal/devagents, the dev
 // command): shell scripts on a temporary PATH that re-run the test binary,
-// which then serves what the caller polls (/v1/status/leader, /v1/nodes,
-// /v1/acl/bootstrap, /healthz, and for serve a gateway answering every
-// request) on the ports it was configured with, and appends what happens to
+// which then serves what the caller polls (/v1/status/leader naming itself,
+// /v1/nodes, /v1/acl/bootstrap, /healthz, and for serve a gateway answering
+// every request) on the ports it was configured with, and appends what happens to
 // it (start with its arguments, requests, stop with the signal) to an
 // events file the test reads.
 //
@@ -113,6 +113,7 @@ func fakeMain(role string, args []string) int {
 	}
 
 	var addrs []string
+	var leader string
 	acl := false
 	switch role {
 	case "consul", "nomad":
@@ -127,6 +128,14 @@ func fakeMain(role string, args []string) int {
 			return 2
 		}
 		addrs = []string{"127.0.0.1:" + string(m[1])}
+		// The leader a single dev agent names is itself: its server RPC
+		// port (Consul's ports.server, Nomad's ports.rpc).
+		rpc := regexp.MustCompile(map[string]string{"consul": `(?m)^\s*server\s*=\s*(\d+)`, "nomad": `(?m)^\s*rpc\s*=\s*(\d+)`}[role]).FindSubmatch(cfg)
+		if rpc == nil {
+			fmt.Fprintln(os.Stderr, "fake: no server RPC port in config")
+			return 2
+		}
+		leader = "127.0.0.1:" + string(rpc[1])
 		acl = regexp.MustCompile(`(?m)^acl \{\n\s*enabled\s*=\s*true`).Match(cfg)
 	case "serve":
 		addrs = []string{flagValue(args, "-admin-listen"), flagValue(args, "-listen")}
@@ -143,7 +152,7 @@ func fakeMain(role string, args []string) int {
 			fmt.Fprint(w, `""`)
 			return
 		}
-		fmt.Fprint(w, `"127.0.0.1:8300"`)
+		fmt.Fprintf(w, "%q", leader)
 	})
 	mux.HandleFunc("/v1/acl/bootstrap", func(w http.ResponseWriter, r *http.Request) {
 		select {
