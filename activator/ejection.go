@@ -84,7 +84,9 @@ func (g *Gateway) probeEjected(ctx context.Context, r *revision, b *backend) {
 		if b.retired() {
 			return
 		}
-		res := g.prober.probeOnce(ctx, url)
+		// Not held (hold 0): between probes b.retired() is looked at,
+		// and an ejected instance's recovery is no cold start.
+		res := g.prober.probeOnce(ctx, url, 0)
 		g.metrics.probes.WithLabelValues(r.name, res).Inc()
 		if res != "ready" {
 			continue

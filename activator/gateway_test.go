@@ -124,6 +124,42 @@ func TestProbeWakesHeldRequestsWithoutConsul(t *testing.T) {
 	}
 }
 
+// A probe of a new allocation asks its sidecar to hold it until the app is
+// ready: one probe carries the whole wait, and the held request goes out
+// when that probe's answer comes, not a probe interval later.
+func TestProbeHeldUntilReady(t *testing.T) {
+	cat := oneRevision(0, time.Minute)
+	sc := newFakeSidecar(t, false, nil)
+	sc.hold.Store(true)
+	tg := startGateway(t, cat, &fakeAutoscaler{}, nil)
+	results := make(chan int, 1)
+	go func() {
+		code, _, _ := tg.get(t, "hello.default.localhost", "/", nil)
+		results <- code
+	}()
+	waitFor(t, "a request queued", func() bool { return tg.g.Revisions()[0].Queued == 1 })
+	cat.SetAllocation(sc.allocation("hello-00001", "a1", true))
+	var asked string
+	select {
+	case asked = <-sc.waits:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no probe asked the sidecar to wait")
+	}
+	if d, err := time.ParseDuration(asked); err != nil || d <= 0 || d > probeHold {
+		t.Fatalf("%s: %q, want a duration in (0, %s]", spec.ProbeWaitHeader, asked, probeHold)
+	}
+	// Ten probe intervals pass while the app starts; a gateway that polled
+	// would have sent about ten probes.
+	time.Sleep(10 * DefaultProbeInterval)
+	sc.ready.Store(true)
+	if code := <-results; code != 200 {
+		t.Fatalf("held request got %d", code)
+	}
+	if n := sc.probes.Load(); n != 1 {
+		t.Fatalf("%d probes, want the one held until ready", n)
+	}
+}
+
 func TestNomadStopRemovesInstanceBeforeConsul(t *testing.T) {
 	cat := oneRevision(0, time.Minute)
 	a, b := newFakeSidecar(t, true, nil), newFakeSidecar(t, true, nil)

@@ -88,15 +88,29 @@ type fakeSidecar struct {
 	maxConc  atomic.Int64
 	handler  http.HandlerFunc
 	port     int
+	// hold makes it hold a probe that asks to wait (spec.ProbeWaitHeader)
+	// until ready, as the real sidecar does; waits holds what was asked.
+	hold  atomic.Bool
+	waits chan string
 }
 
 func newFakeSidecar(t *testing.T, ready bool, handler http.HandlerFunc) *fakeSidecar {
 	t.Helper()
-	s := &fakeSidecar{handler: handler}
+	s := &fakeSidecar{handler: handler, waits: make(chan string, 16)}
 	s.ready.Store(ready)
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(spec.ProbeHeader) == spec.ProbeHeaderValue {
 			s.probes.Add(1)
+			if wait := r.Header.Get(spec.ProbeWaitHeader); wait != "" && s.hold.Load() {
+				select {
+				case s.waits <- wait:
+				default:
+				}
+				d, _ := time.ParseDuration(wait)
+				for end := time.Now().Add(d); !s.ready.Load() && time.Now().Before(end) && r.Context().Err() == nil; {
+					time.Sleep(time.Millisecond)
+				}
+			}
 			if !s.ready.Load() {
 				http.Error(w, "not ready", http.StatusServiceUnavailable)
 				return

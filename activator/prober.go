@@ -13,9 +13,11 @@ import (
 )
 
 // prober probes the sidecars of allocations that Nomad reports Running or
-// Starting but Consul does not list yet, every interval for at most window, so a new
+// Starting but Consul does not list yet, for at most window, so a new
 // instance takes traffic the moment its sidecar answers instead of at the
-// next Consul check. Probes go through the proxy's transport: the connection
+// next Consul check. Each probe asks the sidecar to hold it until the app is
+// ready (probeHold); a refused or unanswered probe is sent again after
+// interval. Probes go through the proxy's transport: the connection
 // of the successful probe is kept alive and carries the first request.
 type prober struct {
 	rt       http.RoundTripper
@@ -132,7 +134,7 @@ func (p *prober) probeUntilReady(ctx context.Context, k probeKey, rev string) {
 			return
 		case <-t.C:
 		}
-		res := p.probeOnce(ctx, url)
+		res := p.probeOnce(ctx, url, min(probeHold, time.Until(deadline)))
 		p.metrics.probes.WithLabelValues(rev, res).Inc()
 		if res == "ready" {
 			now := time.Now()
@@ -159,16 +161,28 @@ func (p *prober) probeUntilReady(ctx context.Context, k probeKey, rev string) {
 	}
 }
 
-// probeOnce sends K-Network-Probe: queue; the sidecar answers 200 "queue"
-// when its app is ready and it is not draining.
-func (p *prober) probeOnce(ctx context.Context, url string) string {
-	ctx, cancel := context.WithTimeout(ctx, max(4*p.interval, 250*time.Millisecond))
+// probeHold is how long one probe asks the sidecar to hold it while the
+// app is not ready (spec.ProbeWaitHeader). The sidecar answers the moment
+// its app passes, so the first request follows readiness by one round trip
+// rather than by up to a probe interval; the hold only bounds how long one
+// connection waits before the next probe.
+const probeHold = 2 * time.Second
+
+// probeOnce sends K-Network-Probe: queue, asking the sidecar to hold it up
+// to hold; the sidecar answers 200 "queue" when its app is ready and it is
+// not draining.
+func (p *prober) probeOnce(ctx context.Context, url string, hold time.Duration) string {
+	hold = max(hold, 0)
+	ctx, cancel := context.WithTimeout(ctx, hold+max(4*p.interval, 250*time.Millisecond))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "error"
 	}
 	req.Header.Set(spec.ProbeHeader, spec.ProbeHeaderValue)
+	if hold > 0 {
+		req.Header.Set(spec.ProbeWaitHeader, hold.String())
+	}
 	// Requests use the gateway's own connection pool (forward.go), so a
 	// probe's connection would only sit idle in the transport's.
 	req.Close = true

@@ -65,6 +65,7 @@ var (
 	noSniff         = []string{"nosniff"}
 	connectionClose = []string{"close"}
 	probeHeader     = http.CanonicalHeaderKey(spec.ProbeHeader)
+	probeWaitHeader = http.CanonicalHeaderKey(spec.ProbeWaitHeader)
 	notServedKey    = http.CanonicalHeaderKey(spec.NotServedHeader)
 	notServedValue  = []string{spec.NotServedValue}
 )
@@ -159,7 +160,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The probe header is looked up directly in the map: the key is
 	// already canonical, so Header.Get's canonicalisation is waste.
 	if v := r.Header[probeHeader]; len(v) == 1 && v[0] == spec.ProbeHeaderValue {
-		h.serveProbe(w)
+		h.serveProbe(w, r)
 		return
 	}
 
@@ -259,8 +260,13 @@ func isH2CUpgrade(v []string) bool {
 
 // serveProbe answers K-Network-Probe: queue, which Consul's check and the
 // activator send: 200 "queue" when the app is ready and the sidecar is not
-// draining, 503 otherwise. The app never sees it.
-func (h *Handler) serveProbe(w http.ResponseWriter) {
+// draining, 503 otherwise. The app never sees it. A probe that asks to wait
+// (spec.ProbeWaitHeader) is held while the app is not ready, and answered
+// at the change, the end of its wait or when its caller goes.
+func (h *Handler) serveProbe(w http.ResponseWriter, r *http.Request) {
+	if v := r.Header[probeWaitHeader]; len(v) == 1 {
+		h.holdProbe(r, v[0])
+	}
 	hd := w.Header()
 	hd["Content-Type"] = textPlain
 	hd[spec.RevisionHeader] = h.revisionHeader
@@ -273,6 +279,33 @@ func (h *Handler) serveProbe(w http.ResponseWriter) {
 		w.Write([]byte("not ready\n"))
 	default:
 		w.Write(h.probeOK)
+	}
+}
+
+// holdProbe returns once the app is ready, the sidecar drains, wait (a Go
+// duration, capped at spec.MaxProbeWait; unreadable means no wait) is over
+// or the caller has gone.
+func (h *Handler) holdProbe(r *http.Request, wait string) {
+	d, err := time.ParseDuration(wait)
+	if err != nil || d <= 0 {
+		return
+	}
+	t := time.NewTimer(min(d, spec.MaxProbeWait))
+	defer t.Stop()
+	for {
+		// The channel is taken before the state is read, so a change
+		// between the two closes it (state.change).
+		changed := h.state.change()
+		if h.state.ready.Load() || h.state.draining.Load() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return
+		case <-r.Context().Done():
+			return
+		}
 	}
 }
 

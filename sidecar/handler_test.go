@@ -138,3 +138,63 @@ func TestDrainingResponsesCloseTheirConnection(t *testing.T) {
 		})
 	}
 }
+
+// A probe that asks to wait (spec.ProbeWaitHeader) is held while the app is
+// not ready and answered at the change: ready, draining, or the end of its
+// wait. One that cannot be read is answered at once.
+func TestProbeWaitsForReadiness(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		wait     string
+		change   func(*Sidecar) // nil: nothing changes
+		wantCode int
+		wantBody string
+	}{
+		{"ready", "5s", func(s *Sidecar) { s.state.setReady(true) }, 200, spec.ProbeHeaderValue},
+		{"draining", "5s", func(s *Sidecar) { s.state.setDraining() }, http.StatusServiceUnavailable, "draining\n"},
+		{"wait over", "150ms", nil, http.StatusServiceUnavailable, "not ready\n"},
+		{"unreadable", "soon", nil, http.StatusServiceUnavailable, "not ready\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := New(benchConfig(testbin.FreePort(t), 0), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := serveFront(t, s)
+			type answer struct {
+				code int
+				body string
+				err  error
+			}
+			answers := make(chan answer, 1)
+			go func() {
+				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+				req.Header.Set(spec.ProbeHeader, spec.ProbeHeaderValue)
+				req.Header.Set(spec.ProbeWaitHeader, c.wait)
+				// Shorter than spec.MaxProbeWait: an unreadable wait
+				// held to the cap fails here.
+				resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+				if err != nil {
+					answers <- answer{err: err}
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				answers <- answer{code: resp.StatusCode, body: string(b)}
+			}()
+			if c.change != nil {
+				// Not answered while nothing changes.
+				select {
+				case a := <-answers:
+					t.Fatalf("answered before the app was ready: %+v", a)
+				case <-time.After(200 * time.Millisecond):
+				}
+				c.change(s)
+			}
+			a := <-answers
+			if a.err != nil || a.code != c.wantCode || a.body != c.wantBody {
+				t.Fatalf("got %d %q (%v), want %d %q", a.code, a.body, a.err, c.wantCode, c.wantBody)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,11 +12,51 @@ import (
 )
 
 // state is what the probes found and whether the sidecar drains. The
-// request path reads it with one atomic load.
+// request path reads it with one atomic load; a probe held until the app is
+// ready (spec.ProbeWaitHeader) waits on changed.
 type state struct {
 	ready, live, draining atomic.Bool
 	// Last probe failures, for the admin endpoints' bodies.
 	readyErr, liveErr atomic.Pointer[string]
+
+	mu sync.Mutex
+	// changed is closed, and replaced, when ready or draining changes.
+	changed chan struct{}
+}
+
+// setReady records readiness and wakes the held probes if it changed.
+func (s *state) setReady(ok bool) {
+	if s.ready.Swap(ok) != ok {
+		s.notify()
+	}
+}
+
+// setDraining marks the sidecar draining and wakes the held probes: they
+// answer draining at once rather than at the end of their wait.
+func (s *state) setDraining() {
+	if !s.draining.Swap(true) {
+		s.notify()
+	}
+}
+
+func (s *state) notify() {
+	s.mu.Lock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+	s.mu.Unlock()
+}
+
+// change returns a channel closed at the next change of ready or draining.
+// Take it before reading them: a change in between then closes it.
+func (s *state) change() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
 }
 
 // probeSchedule is the pure part of probing: fed each result, it says

@@ -109,7 +109,7 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 		return nil, fmt.Errorf("readiness probe: %w", err)
 	}
 	s.readiness = newProbeLoop("readiness", rp, newReadinessSchedule(readiness), log,
-		func(ok bool, err error) { s.state.ready.Store(ok); storeErr(&s.state.readyErr, err) },
+		func(ok bool, err error) { storeErr(&s.state.readyErr, err); s.state.setReady(ok) },
 		func(pass bool) { s.metrics.probes["readiness"][pass].Inc() })
 	if cfg.Liveness != nil {
 		lp, err := newProber(*cfg.Liveness, appHost(cfg), cfg.AppPort)
@@ -322,7 +322,7 @@ func (s *Sidecar) drainServer(front *frontDoor) DrainReport {
 	// exchange.WriteHeader). Idle keep-alive connections stay open until the
 	// grace ends, so a request already on its way over one is served
 	// instead of meeting a closed socket.
-	s.state.draining.Store(true)
+	s.state.setDraining()
 	inFlight0 := s.meter.inFlight()
 	arrivals0 := s.meter.requests()
 	deadline := start.Add(s.cfg.DrainTimeout)

@@ -49,6 +49,14 @@ const (
 	// itself: 200 "queue" when the app is ready and the sidecar not draining.
 	ProbeHeader      = "K-Network-Probe"
 	ProbeHeaderValue = "queue"
+	// ProbeWaitHeader on such a probe (a Go duration, at most MaxProbeWait)
+	// asks the sidecar to hold the probe while its app is not ready, and to
+	// answer the moment it becomes ready (or the sidecar drains), or when
+	// the wait is over, not ready. The gateway's probe of a new allocation
+	// then learns of readiness within the answer's round trip instead of
+	// one probe interval later; a sidecar that does not know the header
+	// answers at once, and the gateway probes again as before.
+	ProbeWaitHeader = "K-Network-Probe-Wait"
 	// RevisionHeader carries the revision a request was routed to.
 	RevisionHeader = "X-Serverless-Revision"
 	// TagHeader selects a tagged revision in the mesh.

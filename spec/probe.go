@@ -16,6 +16,10 @@ const (
 // Period is 0, until the first success (Knative's 25 ms).
 const AggressiveProbePeriod = 25 * time.Millisecond
 
+// MaxProbeWait bounds how long a sidecar holds a probe that asked to wait
+// for readiness (ProbeWaitHeader): longer asks are held this long.
+const MaxProbeWait = 10 * time.Second
+
 // Probe is a readiness or liveness check of the user's app, run by the sidecar
 // against 127.0.0.1.
 type Probe struct {
