@@ -649,3 +649,24 @@ func TestShapeMatchesRecordedRegister(t *testing.T) {
 		}
 	}
 }
+
+// The sidecar runs with one P per 1,000 MHz of its reservation, at least
+// one, whatever the node's core count.
+func TestSidecarProcs(t *testing.T) {
+	for _, c := range []struct{ mhz, want int }{{1, 1}, {DefaultSidecarCPU, 1}, {1000, 1}, {1001, 2}, {2500, 3}} {
+		if got := SidecarProcs(c.mhz); got != c.want {
+			t.Errorf("SidecarProcs(%d) = %d, want %d", c.mhz, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		mhz  int
+		want string
+	}{{0, "1"}, {1500, "2"}} { // 0: DefaultSidecarCPU
+		opts := testOptions()
+		opts.Sidecar.CPU = c.mhz
+		_, job := mustCompile(t, probesAndBounds(), 1, opts)
+		if got := taskByName(t, job.TaskGroups[0], spec.SidecarTaskName).Env["GOMAXPROCS"]; got != c.want {
+			t.Errorf("sidecar GOMAXPROCS with cpu = %d: %q, want %s", c.mhz, got, c.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 )
 
 // Targets the gateway should meet (issue 6). Every proxy hop costs about as
@@ -171,6 +172,17 @@ func runGatewayBench(ctx context.Context, o Options) error {
 	fmt.Fprintf(o.Out, "throughput (b)/(a):              %.3f\n", b.RPS()/a.RPS())
 	fmt.Fprintf(o.Out, "added p99 (c)-(b), %d conns:     %s  [< %s] %s\n", o.Conns, fmtDur(addedP99), fmtDur(targetGatewayAddedP99), verdict(addedP99 < targetGatewayAddedP99))
 	fmt.Fprintf(o.Out, "added p99 (c)-(b), 1 conn:       %s  [< %s] %s (p50 %s)\n", fmtDur(addedP99One), fmtDur(targetGatewayAddedP99), verdict(addedP99One < targetGatewayAddedP99), fmtDur(addedP50One))
+	for i, p := range peers {
+		if p.Kind.Name != "haproxy" {
+			continue
+		}
+		// The issue-16 targets: the gateway in HAProxy's place in front
+		// of the same sidecar (sidecar.go has the constants).
+		ours, hp := medianStats(sC), medianStats(sPeers[i])
+		rps, p99 := div(ours.RPS, hp.RPS), divDur(ours.P99, hp.P99)
+		fmt.Fprintf(o.Out, "(c) vs haproxy+sidecar, %d conns: req/s %.3f  [>= %.2f] %s\n", o.Conns, rps, targetVsHAProxyRPS, verdict(rps >= targetVsHAProxyRPS))
+		fmt.Fprintf(o.Out, "(c) vs haproxy+sidecar, %d conns: p99 %.2fx  [<= %.2fx] %s\n", o.Conns, p99, targetVsHAProxyP99, verdict(p99 <= targetVsHAProxyP99))
+	}
 	perReq := func(d time.Duration, n int64) string { return fmtDur(d / time.Duration(max(n, 1))) }
 	if c.Requests > 0 {
 		fmt.Fprintf(o.Out, "gateway CPU per request, %d conns: %s in (c), %s in (d); sidecar %s in (c), %s in (b)\n", o.Conns,
@@ -350,6 +362,8 @@ func startSidecar(bin, name string, port, appPort, admin, concurrency int, env m
 		"SERVERLESS_REVISION":    "bench-00001",
 		"SERVERLESS_CONCURRENCY": strconv.Itoa(concurrency),
 		"SERVERLESS_DRAIN_GRACE": "0s",
+		// As a compiled job runs it (-proxy-env GOMAXPROCS=N overrides).
+		"GOMAXPROCS": strconv.Itoa(nomadjob.SidecarProcs(nomadjob.DefaultSidecarCPU)),
 	}
 	for k, v := range env {
 		e[k] = v

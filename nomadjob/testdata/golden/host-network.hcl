@@ -136,6 +136,7 @@ job "ledger-00001" {
       }
 
       env {
+        GOMAXPROCS                        = "1"
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
         SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"

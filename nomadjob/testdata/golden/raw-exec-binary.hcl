@@ -148,6 +148,7 @@ job "report-00012" {
       }
 
       env {
+        GOMAXPROCS                        = "1"
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
         SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"

@@ -147,6 +147,7 @@ job "shop-00002" {
       }
 
       env {
+        GOMAXPROCS                        = "1"
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
         SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"

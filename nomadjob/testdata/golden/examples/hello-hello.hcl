@@ -134,6 +134,7 @@ job "hello-00001" {
       }
 
       env {
+        GOMAXPROCS                        = "1"
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
         SERVERLESS_APP_HOST               = "${NOMAD_IP_app}"

@@ -131,6 +131,7 @@ job "testapp-00001" {
       }
 
       env {
+        GOMAXPROCS                        = "1"
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
         SERVERLESS_APP_PORT               = "${NOMAD_PORT_app}"

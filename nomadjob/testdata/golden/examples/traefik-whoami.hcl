@@ -135,6 +135,7 @@ job "whoami-00001" {
       }
 
       env {
+        GOMAXPROCS                        = "1"
         PORT                              = "${NOMAD_PORT_http}"
         SERVERLESS_ADMIN_PORT             = "${NOMAD_PORT_admin}"
         SERVERLESS_APP_HOST               = "${NOMAD_IP_app}"
