@@ -294,8 +294,8 @@ func (h *Handler) holdProbe(r *http.Request, wait string) {
 	defer t.Stop()
 	for {
 		// The channel is taken before the state is read, so a change
-		// between the two closes it (state.change).
-		changed := h.state.change()
+		// between the two closes it (broadcast.Signal).
+		changed := h.state.changed.Changed()
 		if h.state.ready.Load() || h.state.draining.Load() {
 			return
 		}

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/broadcast"
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -19,15 +20,14 @@ type state struct {
 	// Last probe failures, for the admin endpoints' bodies.
 	readyErr, liveErr atomic.Pointer[string]
 
-	mu sync.Mutex
-	// changed is closed, and replaced, when ready or draining changes.
-	changed chan struct{}
+	// changed is notified when ready or draining changes.
+	changed broadcast.Signal
 }
 
 // setReady records readiness and wakes the held probes if it changed.
 func (s *state) setReady(ok bool) {
 	if s.ready.Swap(ok) != ok {
-		s.notify()
+		s.changed.Notify()
 	}
 }
 
@@ -35,28 +35,8 @@ func (s *state) setReady(ok bool) {
 // answer draining at once rather than at the end of their wait.
 func (s *state) setDraining() {
 	if !s.draining.Swap(true) {
-		s.notify()
+		s.changed.Notify()
 	}
-}
-
-func (s *state) notify() {
-	s.mu.Lock()
-	if s.changed != nil {
-		close(s.changed)
-		s.changed = nil
-	}
-	s.mu.Unlock()
-}
-
-// change returns a channel closed at the next change of ready or draining.
-// Take it before reading them: a change in between then closes it.
-func (s *state) change() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.changed == nil {
-		s.changed = make(chan struct{})
-	}
-	return s.changed
 }
 
 // probeSchedule is the pure part of probing: fed each result, it says

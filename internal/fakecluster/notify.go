@@ -4,37 +4,21 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/broadcast"
 )
 
 // notifier wakes every blocking query when the state changes; each query
-// then re-reads its index and either answers or waits again. One channel
+// then re-reads its index and either answers or waits again. One signal
 // for all queries keeps it simple; the fake holds little state.
-type notifier struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
+type notifier struct{ broadcast.Signal }
 
 // wait returns a channel closed at the next change. Take it before reading
 // the state, so a change in between is not missed.
-func (n *notifier) wait() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch == nil {
-		n.ch = make(chan struct{})
-	}
-	return n.ch
-}
+func (n *notifier) wait() <-chan struct{} { return n.Changed() }
 
-func (n *notifier) notify() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch != nil {
-		close(n.ch)
-		n.ch = nil
-	}
-}
+func (n *notifier) notify() { n.Notify() }
 
 // blockingWait parses a blocking query's index and wait parameters the way
 // Consul and Nomad read them: no index means answer at once; wait defaults
