@@ -188,15 +188,7 @@ func TestResetInFlightRetriedWhenIdempotent(t *testing.T) {
 	before := dying.requests.Load()
 	failed := 0
 	for range 10 {
-		req, _ := http.NewRequest(http.MethodPost, tg.srv.URL+"/", strings.NewReader("p"))
-		req.Host = "hello.default.localhost"
-		resp, err := tg.srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
+		if resp, _ := tg.post(t, "hello.default.localhost", "p"); resp.StatusCode != 200 {
 			failed++
 		}
 	}

@@ -357,14 +357,7 @@ func TestRetryOnlyWhenConnectionRefused(t *testing.T) {
 		t.Fatalf("a dropped GET was retried %v times, want %d", after-before, maxRetries)
 	}
 	before = counter(t, tg.reg, "nomad_serverless_gateway_retries_total", nil)
-	req, _ := http.NewRequest(http.MethodPost, tg.srv.URL+"/", strings.NewReader("once"))
-	req.Host = "hello.default.localhost"
-	resp, err := tg.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, b := tg.post(t, "hello.default.localhost", "once")
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("dropped POST: %d %q", resp.StatusCode, b)
 	}
@@ -441,15 +434,8 @@ func TestPanicIsRecoveredAndCounted(t *testing.T) {
 	for range 3 {
 		// A request with a body takes the ReverseProxy path, through the
 		// panicking transport.
-		req, _ := http.NewRequest(http.MethodPost, tg.srv.URL+"/", strings.NewReader("x"))
-		req.Host = "hello.default.localhost"
-		resp, err := tg.srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		code, body := resp.StatusCode, string(b)
+		resp, body := tg.post(t, "hello.default.localhost", "x")
+		code := resp.StatusCode
 		if code != 500 || !strings.Contains(body, "internal error") {
 			t.Fatalf("got %d %q", code, body)
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,7 +196,22 @@ func startGateway(t *testing.T, cat *catalog.Catalog, as *fakeAutoscaler, mod fu
 // get sends a request with the given Host through the gateway.
 func (tg *testGateway) get(t *testing.T, host, path string, hdr map[string]string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, tg.srv.URL+path, nil)
+	resp, body := tg.send(t, http.MethodGet, host, path, nil, hdr)
+	return resp.StatusCode, body, resp.Header
+}
+
+// post sends body to / on host and returns the response (its body read
+// and closed) and the body.
+func (tg *testGateway) post(t *testing.T, host, body string) (*http.Response, string) {
+	t.Helper()
+	return tg.send(t, http.MethodPost, host, "/", strings.NewReader(body), nil)
+}
+
+// send is one request through the gateway; the response's body is read
+// and closed.
+func (tg *testGateway) send(t *testing.T, method, host, path string, body io.Reader, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, tg.srv.URL+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,11 +221,11 @@ func (tg *testGateway) get(t *testing.T, host, path string, hdr map[string]strin
 	}
 	resp, err := tg.srv.Client().Do(req)
 	if err != nil {
-		t.Fatalf("GET %s (Host %s): %v", path, host, err)
+		t.Fatalf("%s %s (Host %s): %v", method, path, host, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header
+	return resp, string(b)
 }
 
 // counter reads a metric's value (sum over label sets matching labels).
