@@ -15,6 +15,7 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+	"github.com/nomad-serverless/nomad-serverless/internal/broadcast"
 )
 
 // ConsulVersion is the version the fake Consul reports.
@@ -39,7 +40,7 @@ type Consul struct {
 	srv  *server
 	quit chan struct{}
 
-	changed notifier
+	changed broadcast.Signal
 
 	mu     sync.Mutex
 	closed bool
@@ -355,7 +356,7 @@ func (c *Consul) kvPut(w http.ResponseWriter, r *http.Request) {
 	}
 
 	c.mu.Lock()
-	defer c.changed.notify()
+	defer c.changed.Notify()
 	defer c.mu.Unlock()
 	cur := c.kv[key]
 	now := time.Now()
@@ -434,7 +435,7 @@ func (c *Consul) kvDelete(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	_, recurse := q["recurse"]
 	c.mu.Lock()
-	defer c.changed.notify()
+	defer c.changed.Notify()
 	defer c.mu.Unlock()
 	if v := q.Get("cas"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -602,7 +603,7 @@ func (c *Consul) sessionCreate(w http.ResponseWriter, r *http.Request) {
 	c.sessions[s.ID] = s
 	c.armSessionLocked(s)
 	c.mu.Unlock()
-	c.changed.notify()
+	c.changed.Notify()
 	writeJSON(w, writeHeaders, map[string]string{"ID": s.ID})
 }
 
@@ -692,7 +693,7 @@ func (c *Consul) armSessionLocked(s *session) {
 			c.destroySessionLocked(id)
 		}
 		c.mu.Unlock()
-		c.changed.notify()
+		c.changed.Notify()
 	})
 }
 
@@ -751,7 +752,7 @@ func (c *Consul) sessionDestroy(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	c.destroySessionLocked(id)
 	c.mu.Unlock()
-	c.changed.notify()
+	c.changed.Notify()
 	writeJSON(w, writeHeaders, true)
 }
 

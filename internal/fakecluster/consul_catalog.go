@@ -210,7 +210,7 @@ func (c *Consul) Register(reg *consulapi.AgentServiceRegistration, replaceChecks
 	c.serviceIndex = idx
 	c.refreshAliasesLocked()
 	c.mu.Unlock()
-	c.changed.notify()
+	c.changed.Notify()
 	return nil
 }
 
@@ -344,7 +344,7 @@ func (c *Consul) Deregister(id string) bool {
 	}
 	c.mu.Unlock()
 	if ok {
-		c.changed.notify()
+		c.changed.Notify()
 	}
 	return ok
 }
@@ -449,7 +449,7 @@ func (c *Consul) setCheckStatus(chk *consulCheck, status, output string) {
 	}
 	c.mu.Unlock()
 	if changed {
-		c.changed.notify()
+		c.changed.Notify()
 	}
 }
 

@@ -106,7 +106,7 @@ func (c *Consul) configSet(w http.ResponseWriter, r *http.Request) {
 	c.config[kind][name] = e
 	c.configIndex = idx
 	c.mu.Unlock()
-	c.changed.notify()
+	c.changed.Notify()
 	writeJSON(w, writeHeaders, true)
 }
 
@@ -176,7 +176,7 @@ func (c *Consul) configDelete(w http.ResponseWriter, r *http.Request) {
 	delete(c.config[kind], name)
 	c.configIndex = idx
 	c.mu.Unlock()
-	c.changed.notify()
+	c.changed.Notify()
 	writeJSON(w, writeHeaders, map[string]any{})
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/nomad-serverless/nomad-serverless/internal/broadcast"
 )
 
 // NomadVersion is the version the fake Nomad reports.
@@ -42,7 +43,7 @@ type Nomad struct {
 	srv    *server
 	quit   chan struct{}
 
-	changed notifier // wakes event streams
+	changed broadcast.Signal // wakes event streams
 
 	mu     sync.Mutex
 	closed bool
@@ -329,7 +330,7 @@ func (n *Nomad) register(w http.ResponseWriter, r *http.Request) {
 	n.reconcileLocked(existing)
 	resp := registerResponse(evalID, idx, idx, idx)
 	n.mu.Unlock()
-	n.changed.notify()
+	n.changed.Notify()
 	writeJSON(w, indexHeader(idx), resp)
 }
 
@@ -585,7 +586,7 @@ func (n *Nomad) deregister(w http.ResponseWriter, r *http.Request) {
 		n.reconcileLocked(j)
 	}
 	n.mu.Unlock()
-	n.changed.notify()
+	n.changed.Notify()
 	writeJSON(w, indexHeader(idx), resp)
 }
 
@@ -712,7 +713,7 @@ func (n *Nomad) scale(w http.ResponseWriter, r *http.Request) {
 	}
 	resp.Index = idx
 	n.mu.Unlock()
-	n.changed.notify()
+	n.changed.Notify()
 	writeJSON(w, indexHeader(idx), resp)
 }
 

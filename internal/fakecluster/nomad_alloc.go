@@ -140,7 +140,7 @@ func (n *Nomad) reconcileLocked(j *nomadJob) {
 					n.mu.Lock()
 					n.reconcileLocked(j)
 					n.mu.Unlock()
-					n.changed.notify()
+					n.changed.Notify()
 				})
 				continue
 			}
@@ -381,7 +381,7 @@ func (n *Nomad) updateAlloc(id string, f func(a *alloc)) {
 		n.setJobStatusLocked(j)
 	}
 	n.mu.Unlock()
-	n.changed.notify()
+	n.changed.Notify()
 }
 
 // clientStatus is Nomad's client rule: failed if a task failed, pending if
@@ -617,7 +617,7 @@ func (n *Nomad) allocStop(w http.ResponseWriter, r *http.Request) {
 		n.reconcileLocked(j)
 	}
 	n.mu.Unlock()
-	n.changed.notify()
+	n.changed.Notify()
 	writeJSON(w, indexHeader(idx), map[string]any{"EvalID": newUUID(), "Index": idx})
 }
 

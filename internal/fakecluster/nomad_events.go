@@ -174,7 +174,7 @@ func (n *Nomad) eventStream(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
-		changed := n.changed.wait()
+		changed := n.changed.Changed()
 		n.mu.Lock()
 		var out []eventBatch
 		for _, b := range n.events {

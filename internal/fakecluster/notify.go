@@ -9,17 +9,6 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/internal/broadcast"
 )
 
-// notifier wakes every blocking query when the state changes; each query
-// then re-reads its index and either answers or waits again. One signal
-// for all queries keeps it simple; the fake holds little state.
-type notifier struct{ broadcast.Signal }
-
-// wait returns a channel closed at the next change. Take it before reading
-// the state, so a change in between is not missed.
-func (n *notifier) wait() <-chan struct{} { return n.Changed() }
-
-func (n *notifier) notify() { n.Notify() }
-
 // blockingWait parses a blocking query's index and wait parameters the way
 // Consul and Nomad read them: no index means answer at once; wait defaults
 // to 5 minutes and is capped at 10.
@@ -40,12 +29,12 @@ func blockingWait(r *http.Request) (index uint64, wait time.Duration) {
 // block runs read until the index it reports is above index, the wait ends,
 // the client goes or quit closes; it returns the last read. A query without
 // an index (0) answers at once.
-func block[T any](r *http.Request, n *notifier, quit <-chan struct{}, read func() (T, uint64)) (T, uint64) {
+func block[T any](r *http.Request, n *broadcast.Signal, quit <-chan struct{}, read func() (T, uint64)) (T, uint64) {
 	index, wait := blockingWait(r)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		changed := n.wait()
+		changed := n.Changed()
 		v, idx := read()
 		if index == 0 || idx > index {
 			return v, idx
