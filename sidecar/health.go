@@ -24,11 +24,14 @@ type state struct {
 	changed broadcast.Signal
 }
 
-// setReady records readiness and wakes the held probes if it changed.
-func (s *state) setReady(ok bool) {
-	if s.ready.Swap(ok) != ok {
-		s.changed.Notify()
+// setReady records readiness, wakes the held probes if it changed, and
+// reports whether it did.
+func (s *state) setReady(ok bool) bool {
+	if s.ready.Swap(ok) == ok {
+		return false
 	}
+	s.changed.Notify()
+	return true
 }
 
 // setDraining marks the sidecar draining and wakes the held probes: they

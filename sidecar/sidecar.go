@@ -157,7 +157,7 @@ func storeErr(p interface{ Store(*string) }, err error) {
 // check see it at their next look), and the readiness loop probes every
 // spec.AggressiveProbePeriod until the app is back.
 func (s *Sidecar) appRefused() {
-	if s.state.ready.Swap(false) {
+	if s.state.setReady(false) {
 		storeErr(&s.state.readyErr, errRefused)
 	}
 	s.readiness.refused()

@@ -154,7 +154,7 @@ func runSidecarBench(ctx context.Context, o Options) error {
 	fmt.Fprintf(o.Out, "\n== summary (target in brackets)\n")
 	fmt.Fprintf(o.Out, "throughput ratio, concurrency=0:  %.3f  [>= %.2f] %s\n", ratioNoLimit, targetRatioNoLimit, verdict(ratioNoLimit >= targetRatioNoLimit))
 	fmt.Fprintf(o.Out, "throughput ratio, concurrency=%d: %.3f  [>= %.2f] %s\n", benchLimit, ratioLimit, targetRatioLimit, verdict(ratioLimit >= targetRatioLimit))
-	limitVsNoLimit := medianStats(sLimit).RPS / medianStats(sNoLimit).RPS
+	limitVsNoLimit := div(medianStats(sLimit).RPS, medianStats(sNoLimit).RPS)
 	fmt.Fprintf(o.Out, "concurrency=%d / concurrency=0:   req/s %.3f  [>= %.2f] %s\n", benchLimit, limitVsNoLimit, targetLimitVsNoLimit, verdict(limitVsNoLimit >= targetLimitVsNoLimit))
 	fmt.Fprintf(o.Out, "added latency, 1 connection:      p50 %s, mean %s\n", fmtDur(addP50), fmtDur(addMean))
 	for i, p := range peers {
