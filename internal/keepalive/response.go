@@ -3,6 +3,7 @@ package keepalive
 import (
 	"net/http"
 	"net/textproto"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -270,6 +271,14 @@ func (w *responseWriter) finish() error {
 	if w.cl >= 0 && w.written != w.cl && bodyAllowedForStatus(w.status) && !w.isHead {
 		// A short body: the client cannot tell where it ends.
 		w.closeAfter = true
+	}
+	if s := w.c.s; s.YieldFirst && s.inFlight.Load() > 1 {
+		// See Server.YieldFirst.
+		if s.yield != nil {
+			s.yield()
+		} else {
+			runtime.Gosched()
+		}
 	}
 	w.noteErr(w.c.bw.Flush())
 	return w.err

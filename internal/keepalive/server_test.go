@@ -296,3 +296,70 @@ func TestEligible(t *testing.T) {
 		}
 	}
 }
+
+// With YieldFirst a response yields before its last write exactly when
+// another request is in flight, and the count of requests in flight comes
+// back to zero whatever way they ended (answered, panicked, handed off).
+func TestYieldFirst(t *testing.T) {
+	held, release := make(chan struct{}), make(chan struct{})
+	var yields atomic.Int32
+	loop := startLoop(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/hold":
+			close(held)
+			<-release
+		case "/bug":
+			panic("bug")
+		}
+		io.WriteString(w, "ok "+r.URL.Path)
+	}), func(s *Server) {
+		s.YieldFirst = true
+		s.yield = func() { yields.Add(1) }
+	})
+
+	one := dial(t, loop.addr)
+	one.send("GET /alone HTTP/1.1\r\nHost: a\r\n\r\n")
+	if r := one.read("GET"); r.body != "ok /alone" {
+		t.Fatalf("alone: %q", r.body)
+	}
+	if n := yields.Load(); n != 0 {
+		t.Errorf("a request alone yielded %d times, want 0", n)
+	}
+
+	holder := dial(t, loop.addr)
+	holder.send("GET /hold HTTP/1.1\r\nHost: a\r\n\r\n")
+	<-held
+	one.send("GET /beside HTTP/1.1\r\nHost: a\r\n\r\n")
+	if r := one.read("GET"); r.body != "ok /beside" {
+		t.Fatalf("beside a held request: %q", r.body)
+	}
+	if n := yields.Load(); n != 1 {
+		t.Errorf("a request beside a held one yielded %d times, want 1", n)
+	}
+	close(release)
+	if r := holder.read("GET"); r.body != "ok /hold" {
+		t.Fatalf("held: %q", r.body)
+	}
+
+	bug := dial(t, loop.addr)
+	bug.send("GET /bug HTTP/1.1\r\nHost: a\r\n\r\n")
+	if !bug.closed() {
+		t.Error("a panicked request left its connection open")
+	}
+	post := dial(t, loop.addr)
+	post.send("POST /post HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi")
+	if r := post.read("POST"); r.body != "ok /post" {
+		t.Fatalf("handed off: %q", r.body)
+	}
+	if loop.handoffs.Load() != 1 {
+		t.Errorf("%d connections handed off, want the POST's", loop.handoffs.Load())
+	}
+	if n := loop.s.inFlight.Load(); n != 0 {
+		t.Errorf("%d requests in flight after every one ended, want 0", n)
+	}
+	yields.Store(0)
+	one.send("GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
+	if r := one.read("GET"); r.body != "ok /after" || yields.Load() != 0 {
+		t.Errorf("after: %q, %d yields, want none", r.body, yields.Load())
+	}
+}
