@@ -30,7 +30,9 @@ type frontDoor struct {
 	closed atomic.Bool
 }
 
-func newFrontDoor(ln net.Listener, srv *http.Server, log *slog.Logger) *frontDoor {
+// othersInFlight, when not nil, tells whether requests other than the
+// one being answered are in flight (keepalive.Server.YieldFirst).
+func newFrontDoor(ln net.Listener, srv *http.Server, log *slog.Logger, othersInFlight func() bool) *frontDoor {
 	f := &frontDoor{ln: ln, srv: srv}
 	if keepalive.Supported {
 		f.queue = keepalive.NewConnQueue(ln.Addr())
@@ -43,13 +45,7 @@ func newFrontDoor(ln net.Listener, srv *http.Server, log *slog.Logger) *frontDoo
 			// Every connection starts in the loop, so every head net/http
 			// reads is screened (request smuggling; see ScreenConn).
 			ScreenHeads: maxHeaderBytes(srv) + 4<<10,
-			// One P (GOMAXPROCS follows the task's cpu) sharing the
-			// node's cores with its app. In paired make bench-sidecar
-			// runs the limited sidecar (concurrency = 10) went from 0.871
-			// to 0.937 of HAProxy's throughput, the unlimited one stayed
-			// (0.912, 0.908): a released slot's waiter now sends its
-			// request before the releaser's answer wakes its client.
-			YieldFirst: true,
+			YieldFirst:  othersInFlight,
 		}
 	}
 	return f

@@ -198,3 +198,33 @@ func TestProbeWaitsForReadiness(t *testing.T) {
 		})
 	}
 }
+
+// The front door asks othersInFlight after the handler returned: the
+// answered request has left the meter by then, so a request alone has no
+// company and one beside another in flight has.
+func TestOthersInFlight(t *testing.T) {
+	s, err := New(benchConfig(rawApp(t), 0), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func() {
+		w := &discardWriter{h: http.Header{}}
+		req, _ := http.NewRequest("GET", "http://sidecar/", nil)
+		s.Handler().ServeHTTP(w, req)
+	}
+	serve()
+	if s.othersInFlight() {
+		t.Error("after a request alone: others in flight, want none")
+	}
+	if !s.meter.begin(time.Now()) {
+		t.Fatal("meter refused a request")
+	}
+	serve()
+	if !s.othersInFlight() {
+		t.Error("beside a request in flight: no others, want one")
+	}
+	s.meter.end(time.Now())
+	if s.othersInFlight() {
+		t.Error("after the other ended: others in flight, want none")
+	}
+}

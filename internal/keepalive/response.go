@@ -272,13 +272,8 @@ func (w *responseWriter) finish() error {
 		// A short body: the client cannot tell where it ends.
 		w.closeAfter = true
 	}
-	if s := w.c.s; s.YieldFirst && s.inFlight.Load() > 1 {
-		// See Server.YieldFirst.
-		if s.yield != nil {
-			s.yield()
-		} else {
-			runtime.Gosched()
-		}
+	if others := w.c.s.YieldFirst; others != nil && others() {
+		runtime.Gosched() // see Server.YieldFirst
 	}
 	w.noteErr(w.c.bw.Flush())
 	return w.err

@@ -74,9 +74,10 @@ type Server struct {
 	// then refused when a front proxy could frame them differently. The
 	// loop's own heads need no screen: it takes none of them.
 	ScreenHeads int
-	// YieldFirst, when set, makes a response's last write (the one that
-	// wakes its client) wait, while another request is in flight, until
-	// the goroutines already runnable have had their turn (one
+	// YieldFirst, when not nil, is asked before a response's last write
+	// (the one that wakes its client; the handler has returned) whether
+	// other requests are in flight; if so the write waits until the
+	// goroutines already runnable have had their turn (one
 	// runtime.Gosched). For a proxy with one P on a node whose cores its
 	// clients and app share, as the sidecar runs: the woken client takes
 	// the proxy's CPU on the way out of that write (on Linux 6.18, 97 %
@@ -85,17 +86,10 @@ type Server struct {
 	// the requests it has read wait to reach the app, which sleeps
 	// meanwhile (behind the sidecar it slept 0.43 times a request, behind
 	// HAProxy 0.22). Yielding first sends those requests on before the
-	// write. Alone on the connection nothing else is runnable, so the
-	// single-connection latency does not pay for it.
-	YieldFirst bool
-
-	// inFlight counts the requests between their head and their
-	// response's last write, kept only with YieldFirst (a counter every
-	// request of every P touched would cost a proxy with many Ps more
-	// than it saves).
-	inFlight atomic.Int32
-	// yield is runtime.Gosched but in tests.
-	yield func()
+	// write. A request alone does not yield, so the single-connection
+	// latency does not pay for it. The caller counts the requests already
+	// (the sidecar's meter), so the loop keeps no count of its own.
+	YieldFirst func() bool
 
 	closing atomic.Bool
 	mu      sync.Mutex
@@ -354,10 +348,6 @@ func (c *conn) handOff() {
 func (c *conn) serveRequest() (keep bool) {
 	c.w.reset(c.req)
 	defer c.rctx.end()
-	if c.s.YieldFirst {
-		c.s.inFlight.Add(1)
-		defer c.s.inFlight.Add(-1)
-	}
 	if !c.runHandler() {
 		return false
 	}
