@@ -96,7 +96,10 @@ func runGatewayBench(ctx context.Context, o Options) error {
 		if pe != nil {
 			peerBefore = pe.cpu()
 		}
+		app0, _ := cpuTime(app.pid())
 		r := Run(ctx, t, Load{Conns: conns, Duration: d})
+		app1, _ := cpuTime(app.pid())
+		s.AppCPU += app1 - app0
 		for i, p := range procs {
 			after, _ := cpuTime(p.pid())
 			s.CPU += after - before[i]
@@ -150,7 +153,7 @@ func runGatewayBench(ctx context.Context, o Options) error {
 	if len(o.Peers) > 0 {
 		// (a), (b) and (d) are references: a peer takes the gateway's
 		// place in front of the same sidecar, so only (c) gets ratios.
-		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxies' CPU)", o.Conns),
+		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxies' CPU; app CPU/req = the app's behind each)", o.Conns),
 			peerRows([]*Series{sA, sB, sD}, []*Series{sC}, sPeers)); err != nil {
 			return err
 		}

@@ -20,6 +20,9 @@ type roundStats struct {
 	Errors, Non2xx int64
 	// CPUPerReq is the series' CPU over all its requests, 0 if unknown.
 	CPUPerReq time.Duration
+	// AppCPUPerReq is the app's CPU over all the series' requests, 0 if
+	// unknown.
+	AppCPUPerReq time.Duration
 }
 
 // medianStats computes s's roundStats.
@@ -44,6 +47,9 @@ func medianStats(s *Series) roundStats {
 	st.P50, st.P99, st.P999 = median(p50), median(p99), median(p999)
 	if s.CPU > 0 && reqs > 0 {
 		st.CPUPerReq = s.CPU / time.Duration(reqs)
+	}
+	if s.AppCPU > 0 && reqs > 0 {
+		st.AppCPUPerReq = s.AppCPU / time.Duration(reqs)
 	}
 	return st
 }
@@ -127,19 +133,15 @@ func PrintPeerComparison(w io.Writer, title string, rows []peerRow) error {
 	}
 	fmt.Fprintf(w, "\n%s\n", title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "target\truns\treq/s\tp50\tp99\tp99.9\terrors\tnon-2xx\tCPU/req\t")
+	fmt.Fprint(tw, "target\truns\treq/s\tp50\tp99\tp99.9\terrors\tnon-2xx\tCPU/req\tapp CPU/req\t")
 	for _, p := range peers {
 		fmt.Fprintf(tw, "vs %s\t", p)
 	}
 	fmt.Fprintln(tw)
 	for _, r := range rows {
 		st := medianStats(r.Series)
-		cpu := "-"
-		if st.CPUPerReq > 0 {
-			cpu = fmtDur(st.CPUPerReq)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t", r.Series.Name, st.Runs, st.RPS,
-			fmtDur(st.P50), fmtDur(st.P99), fmtDur(st.P999), st.Errors, st.Non2xx, cpu)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t", r.Series.Name, st.Runs, st.RPS,
+			fmtDur(st.P50), fmtDur(st.P99), fmtDur(st.P999), st.Errors, st.Non2xx, fmtCPU(st.CPUPerReq), fmtCPU(st.AppCPUPerReq))
 		for _, p := range rows {
 			if p.Role != rolePeer {
 				continue
@@ -164,6 +166,14 @@ func PrintPeerComparison(w io.Writer, title string, rows []peerRow) error {
 		fmt.Fprintf(tw, "%s / %s:\treq/s %.3f\tp50 %.2fx\tp99 %.2fx\tp99.9 %.2fx\n", r.Ours, r.Peer, r.RPS, r.P50, r.P99, r.P999)
 	}
 	return tw.Flush()
+}
+
+// fmtCPU prints a CPU time per request, "-" when unknown.
+func fmtCPU(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmtDur(d)
 }
 
 // peerRows lists the rows of a peer comparison: baselines, ours, peers.

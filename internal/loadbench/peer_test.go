@@ -102,6 +102,7 @@ func TestMedianStats(t *testing.T) {
 	// The third round is an outlier (another job on the machine).
 	s := series("x", []int64{100, 110, 10, 105, 95}, []time.Duration{ms, 2 * ms, 50 * ms, ms, 2 * ms})
 	s.CPU = 420 * ms
+	s.AppCPU = 840 * ms
 	st := medianStats(s)
 	if st.Runs != 5 || st.RPS != 100 || st.Errors != 0 || st.Non2xx != 0 {
 		t.Errorf("stats %+v", st)
@@ -111,6 +112,9 @@ func TestMedianStats(t *testing.T) {
 	}
 	if st.CPUPerReq != ms {
 		t.Errorf("CPU/req %s, want 1ms", st.CPUPerReq)
+	}
+	if st.AppCPUPerReq != 2*ms {
+		t.Errorf("app CPU/req %s, want 2ms", st.AppCPUPerReq)
 	}
 	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
 		t.Errorf("even median %v", got)
@@ -142,7 +146,7 @@ func TestPrintPeerComparison(t *testing.T) {
 	}
 	out := b.String()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if lines[0] != "== title" || !strings.Contains(lines[1], "p99.9") || !strings.Contains(lines[1], "vs haproxy") || !strings.Contains(lines[1], "vs nginx") {
+	if lines[0] != "== title" || !strings.Contains(lines[1], "p99.9") || !strings.Contains(lines[1], "vs haproxy") || !strings.Contains(lines[1], "vs nginx") || !strings.Contains(lines[1], "app CPU/req") {
 		t.Errorf("header:\n%s", out)
 	}
 	for _, want := range []string{"sidecar / haproxy:  req/s 0.950", "sidecar / nginx:    req/s 1.900"} {

@@ -80,14 +80,16 @@ func runSidecarBench(ctx context.Context, o Options) error {
 
 	run := func(t Target, conns int, d time.Duration, s *Series, round int) error {
 		var cpu0 time.Duration
-		cpu := cpuOf[t.Name]
+		cpu, appCPU := cpuOf[t.Name], procCPU(app)
 		if cpu != nil {
 			cpu0 = cpu()
 		}
+		app0 := appCPU()
 		r := Run(ctx, t, Load{Conns: conns, Duration: d})
 		if cpu != nil {
 			s.CPU += cpu() - cpu0
 		}
+		s.AppCPU += appCPU() - app0
 		sent[t.Name] += r.Sent
 		s.Add(r)
 		PrintRun(o.Out, round, r)
@@ -131,7 +133,7 @@ func runSidecarBench(ctx context.Context, o Options) error {
 	PrintComparison(o.Out, fmt.Sprintf("== throughput, %d connections (ratio = proxied / direct)", o.Conns), sDirect, sNoLimit, sLimit)
 	PrintComparison(o.Out, "== one connection", oneDirect, oneSidecar)
 	if len(o.Peers) > 0 {
-		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxy's CPU, the app's for direct)", o.Conns),
+		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxy's CPU, the app's for direct; app CPU/req = the app's behind each)", o.Conns),
 			peerRows([]*Series{sDirect}, []*Series{sNoLimit, sLimit}, sPeers)); err != nil {
 			return err
 		}
