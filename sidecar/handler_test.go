@@ -227,4 +227,21 @@ func TestOthersInFlight(t *testing.T) {
 	if s.othersInFlight() {
 		t.Error("after the other ended: others in flight, want none")
 	}
+
+	// The request side counts itself: it is in the meter while it sends.
+	h := s.handler
+	if !s.meter.begin(time.Now()) {
+		t.Fatal("meter refused a request")
+	}
+	if h.othersBeside() {
+		t.Error("a request alone: others beside it, want none")
+	}
+	if !s.meter.begin(time.Now()) {
+		t.Fatal("meter refused a request")
+	}
+	if !h.othersBeside() {
+		t.Error("two requests in flight: none beside, want one")
+	}
+	s.meter.end(time.Now())
+	s.meter.end(time.Now())
 }
