@@ -78,9 +78,10 @@ func runSidecarBench(ctx context.Context, o Options) error {
 		sent[t.Name] += Run(ctx, t, Load{Conns: o.Conns, Duration: o.Warmup}).Sent
 	}
 
+	appCPU := procCPU(app)
 	run := func(t Target, conns int, d time.Duration, s *Series, round int) error {
 		var cpu0 time.Duration
-		cpu, appCPU := cpuOf[t.Name], procCPU(app)
+		cpu := cpuOf[t.Name]
 		if cpu != nil {
 			cpu0 = cpu()
 		}
