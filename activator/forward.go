@@ -224,6 +224,7 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 
 	before := uc.rw.Written()
 	writeRequestHead(uc.bw, r, f.rev.header[0])
+	uc.rw.AwaitReply() // the fast path's requests have no body
 	err := uc.bw.Flush()
 	res.wrote = err == nil || uc.rw.Written() > before
 	if err != nil {

@@ -192,6 +192,10 @@ func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, body *bo
 	if h.othersBeside() {
 		runtime.Gosched() // see othersBeside
 	}
+	if body == nil {
+		// Nothing more goes to the app before its answer.
+		ac.rw.AwaitReply()
+	}
 	err := ac.bw.Flush()
 	res.wrote = ac.rw.Written() > before || err == nil
 	if err != nil {

@@ -272,8 +272,29 @@ func (w *responseWriter) finish() error {
 		// A short body: the client cannot tell where it ends.
 		w.closeAfter = true
 	}
+	c := w.c
+	if w.err == nil && c.rw != nil && !w.closeAfter && !c.s.closing.Load() && c.br.Buffered() == 0 {
+		// The connection waits for its next request once this response
+		// is out: readHead sends the last bytes itself, as it starts that
+		// wait, so that its first read need not fail with EAGAIN
+		// (rawio.Conn.AwaitReply). What the loop does before it (the
+		// request context's end, the idle state and deadline) then
+		// happens before the client has its answer.
+		c.sendOnWait = true
+		return nil
+	}
+	return w.sendLast(false)
+}
+
+// sendLast writes the response's last bytes (those the buffer holds); with
+// await the write also waits for the next request (readHead's, whose read
+// buffer is empty).
+func (w *responseWriter) sendLast(await bool) error {
 	if others := w.c.s.YieldFirst; others != nil && others() {
 		runtime.Gosched() // see Server.YieldFirst
+	}
+	if await && w.c.bw.Buffered() > 0 {
+		w.c.rw.AwaitReply()
 	}
 	w.noteErr(w.c.bw.Flush())
 	return w.err

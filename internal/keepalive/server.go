@@ -213,10 +213,12 @@ func (s *Server) ServeConn(nc net.Conn, br *bufio.Reader, bw *bufio.Writer, firs
 		br, bw = nil, nil
 	}
 	pooled := br == nil
+	var rw *rawio.Conn
 	if pooled {
-		br, bw = s.buffers(rawio.New(nc))
+		rw = rawio.New(nc)
+		br, bw = s.buffers(rw)
 	}
-	c := &conn{s: s, nc: nc, br: br, bw: bw, remote: nc.RemoteAddr().String()}
+	c := &conn{s: s, nc: nc, rw: rw, br: br, bw: bw, remote: nc.RemoteAddr().String()}
 	if first != nil {
 		c.remote = first.RemoteAddr
 	}
@@ -255,9 +257,15 @@ type conn struct {
 	s      *Server
 	nc     net.Conn
 	raw    syscall.RawConn // nil: cannot peek
+	rw     *rawio.Conn     // br's and bw's, nil for a hijacked connection's buffers
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	remote string
+
+	// sendOnWait: the last response's final write is left to readHead,
+	// which sends it as it starts to wait for the next request (see
+	// responseWriter.finish).
+	sendOnWait bool
 
 	req  *http.Request // reused: see parseRequest
 	url  url.URL
@@ -384,6 +392,13 @@ func (c *conn) readHead() ([]byte, error) {
 		c.setIdleDeadline(c.waitedAt)
 		if c.s.closing.Load() {
 			return nil, errClosing
+		}
+		if c.sendOnWait {
+			c.sendOnWait = false
+			if err := c.w.sendLast(true); err != nil {
+				c.idle.Store(false)
+				return nil, err
+			}
 		}
 		_, err := c.br.Peek(1)
 		c.idle.Store(false)
