@@ -244,4 +244,40 @@ func TestOthersInFlight(t *testing.T) {
 	}
 	s.meter.end(time.Now())
 	s.meter.end(time.Now())
+
+	// Behind a concurrency limit, not while others wait for a slot.
+	limited, err := New(benchConfig(rawApp(t), 1), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh, b := limited.handler, limited.handler.breaker
+	for range 2 {
+		if !limited.meter.begin(time.Now()) {
+			t.Fatal("meter refused a request")
+		}
+	}
+	if !b.TryAcquire() {
+		t.Fatal("breaker refused the first request")
+	}
+	if !lh.othersBeside() {
+		t.Error("two requests in flight, none waiting for a slot: none beside, want one")
+	}
+	w, err := b.Enqueue()
+	if err != nil || w == nil {
+		t.Fatalf("Enqueue = %v, %v; want a waiter", w, err)
+	}
+	if lh.othersBeside() {
+		t.Error("another request waits for the slot: the holder yields, want it to send at once")
+	}
+	b.Release() // hands the slot to the waiter
+	if err := b.Wait(w); err != nil {
+		t.Fatal(err)
+	}
+	b.Recycle(w)
+	if !lh.othersBeside() {
+		t.Error("the waiter got its slot: none beside, want one")
+	}
+	b.Release()
+	limited.meter.end(time.Now())
+	limited.meter.end(time.Now())
 }
