@@ -287,7 +287,8 @@ func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, body *bo
 // Nor does a request while others wait for a concurrency slot: it holds
 // one, and its turn's wait would keep that slot from the app while they
 // queue for it. With concurrency 10 at 32 connections, 5 paired wrk
-// rounds against yielding there too: 5 wins, 1.04x the throughput.
+// rounds against yielding there too: 5 wins, 1.05x the throughput
+// (22,111 against 21,106 requests a second).
 func (h *Handler) othersBeside() bool {
 	return h.meter.inFlight() > 1 && (h.breaker == nil || h.breaker.Waiting() == 0)
 }
