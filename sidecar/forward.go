@@ -66,6 +66,12 @@ func (h *Handler) forwardH1(x *exchange, r *http.Request, dispatched time.Time) 
 		body = &bodyCopy{done: make(chan error, 1)}
 		x.body = body
 	}
+	if h.othersBeside() {
+		// Before the connection is taken: its look at an idle one
+		// (rawio.Quiet) must stay just before the write, or an app that
+		// dies meanwhile gets a request that cannot be sent again.
+		runtime.Gosched() // see othersBeside
+	}
 	written := false // some attempt wrote a byte of the request to the app
 	for attempt := 0; ; attempt++ {
 		// The retry goes on a new connection: the idle ones are likely as
@@ -189,9 +195,6 @@ func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, body *bo
 	chunked := r.ContentLength < 0
 	writeRequestHead(ac.bw, r, h.appAddr, chunked)
 	before := ac.rw.Written()
-	if h.othersBeside() {
-		runtime.Gosched() // see othersBeside
-	}
 	if body == nil {
 		// Nothing more goes to the app before its answer.
 		ac.rw.AwaitReply()
@@ -268,7 +271,7 @@ func (h *Handler) exchangeH1(x *exchange, ac *appConn, r *http.Request, body *bo
 	return res, nil
 }
 
-// othersBeside tells exchangeH1 whether requests other than its own are
+// othersBeside tells forwardH1 whether requests other than its own are
 // in flight; if so its request head waits, before it goes to the app,
 // until the goroutines already runnable have had their turn (the request
 // side of keepalive.Server.YieldFirst). With one P the sidecar otherwise
