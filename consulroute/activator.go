@@ -175,6 +175,24 @@ func (c *Client) Gateways(ctx context.Context) ([]Gateway, error) {
 	return out, nil
 }
 
+// ActivatorRegistered reports whether the local Consul agent still holds
+// this replica's activator registration (id as given to RegisterActivator;
+// empty for the default). The agent loses it when it reaps the service
+// after its check stayed critical for DeregisterAfter (serve stalled, or
+// its admin address was unreachable), or when it restarts without its
+// state (a -dev agent); nothing registers it again unless serve does.
+func (c *Client) ActivatorRegistered(ctx context.Context, id string) (bool, error) {
+	id = c.activatorID(id)
+	_, _, err := c.api.Agent().Service(id, c.q(ctx))
+	switch err = c.wrap("look up the activator registration "+id+" on the local agent", err); {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
 // DeregisterActivator removes this replica's activator registration (id as
 // given to RegisterActivator; empty for the default).
 func (c *Client) DeregisterActivator(ctx context.Context, id string) error {

@@ -102,3 +102,44 @@ func TestStandInsOnTheLocalAgent(t *testing.T) {
 		t.Errorf("after removing r2's stand-in: %+v", inst)
 	}
 }
+
+// ActivatorRegistered tells a registration the local agent holds from one
+// it lost (reaped after its check stayed critical, or an agent restarted
+// without its state), by ID, and says Consul is unreachable as an error,
+// not as "lost".
+func TestActivatorRegisteredOnTheLocalAgent(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{CheckInterval: 100 * time.Millisecond})
+	cl, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica("r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ok, err := cl.ActivatorRegistered(ctx, ""); err != nil || ok {
+		t.Fatalf("before registering: ActivatorRegistered = %v, %v; want false, nil", ok, err)
+	}
+	if err := cl.RegisterActivator(ctx, consulroute.ActivatorRegistration{Address: "127.0.0.1", Port: 1, AdminPort: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := cl.ActivatorRegistered(ctx, ""); err != nil || !ok {
+		t.Fatalf("registered: ActivatorRegistered = %v, %v; want true, nil", ok, err)
+	}
+	// Another replica's registration is not this one's.
+	r2, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica("r2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r2.ActivatorRegistered(ctx, ""); err != nil || ok {
+		t.Errorf("r2 sees r1's registration as its own: %v, %v", ok, err)
+	}
+	if !c.Consul.Deregister(spec.ActivatorServiceName + "-r1") {
+		t.Fatal("the fake agent did not hold r1's registration under its ID")
+	}
+	if ok, err := cl.ActivatorRegistered(ctx, ""); err != nil || ok {
+		t.Errorf("after the agent dropped it: ActivatorRegistered = %v, %v; want false, nil", ok, err)
+	}
+	c.Consul.Down()
+	if ok, err := cl.ActivatorRegistered(ctx, ""); err == nil || ok {
+		t.Errorf("Consul down: ActivatorRegistered = %v, %v; want an error", ok, err)
+	}
+}

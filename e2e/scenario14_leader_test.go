@@ -24,6 +24,9 @@ import (
 // right after the kill answers within its cold start plus 1 s (the survivor
 // raises the revision itself). SIGTERM of the leader: the lock moves in
 // under 1 s. Each twice, with a new replica joining as the next follower.
+// Then the local Consul agent drops the leader's activator registration
+// and stand-in (a reap, or an agent restarted without its state): both
+// come back by themselves, the lock moves, and the replica still wakes.
 func TestE2E14LeaderFailover(t *testing.T) {
 	h := newHarness(t, "14 leader failover")
 	const svc = "e2e-leader"
@@ -109,6 +112,55 @@ func TestE2E14LeaderFailover(t *testing.T) {
 		}
 		leader, follower = follower, h.startStandby(t, next[round], rev)
 	}
+	// The local agent drops the leader's registrations, as it does when it
+	// reaps a service whose check stayed critical for a minute, or
+	// restarts without its state: the replica registers its activator
+	// and its stand-in again by itself, its lock session (bound to that
+	// check) ended, so the lock moves, and the replica rejoins the
+	// election and still wakes the revision.
+	h.waitZero(rev, 90*time.Second)
+	h.waitSessions(t, 2)
+	own, err := consulroute.NewClient(consul.DefaultConfig(), consulroute.WithReplica(leader.replica))
+	if err != nil {
+		t.Fatal(err)
+	}
+	activatorID, standInID := spec.ActivatorServiceName+"-"+leader.replica, own.StandInID(rev)
+	held := func(service, id string) (bool, string) {
+		entries, _, err := h.consul.Health().Service(service, "", true, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range entries {
+			if e.Service.ID == id {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%s is not a passing instance of %s (%d are)", id, service, len(entries))
+	}
+	if ok, why := held(rev, standInID); !ok {
+		t.Fatalf("before the drop: %s", why)
+	}
+	dropped := time.Now()
+	for _, id := range []string{activatorID, standInID} {
+		if err := h.consul.Agent().ServiceDeregister(id); err != nil {
+			t.Fatalf("drop %s from the agent: %v", id, err)
+		}
+	}
+	eventually(t, 20*time.Second, leader.replica+"'s activator registered again", func() (bool, string) {
+		return held(spec.ActivatorServiceName, activatorID)
+	})
+	h.timing("the agent dropped serve's registration -> registered again", time.Since(dropped))
+	eventually(t, 20*time.Second, leader.replica+"'s stand-in of "+rev+" registered again", func() (bool, string) {
+		return held(rev, standInID)
+	})
+	h.timing("the agent dropped serve's stand-in -> registered again", time.Since(dropped))
+	lock.waitHolder(t, follower.replica, 30*time.Second)
+	h.waitSessions(t, 2) // the dropped replica is back in the election
+	o := leader.request(svc, "", "/", NewClient(1)).Do(context.Background())
+	if !o.OK() {
+		t.Fatalf("request at zero through the replica whose registrations were dropped: %s\nits output:\n%s", o.Describe(), leader.proc.Output())
+	}
+	h.s.Timings.Note(h.scenario, "the agent dropped serve's registration -> registered again", "target: within 10 s (checked every 5 s)")
 	h.s.Timings.Note(h.scenario, "kill -9 of the leader -> the other leads (lock)", "target: under 5 s")
 	h.s.Timings.Note(h.scenario, "SIGTERM of the leader -> the other leads (lock)", "target: under 1 s")
 	h.s.Timings.Note(h.scenario, "kill -9 of the leader: request at zero through the survivor",

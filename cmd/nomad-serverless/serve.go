@@ -177,6 +177,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	// stand-in looks unwanted) and this replica's activator is registered
 	// (their alias checks mirror it).
 	registered := make(chan struct{})
+	sweepStandIns := make(chan struct{}, 1)
 	goRun("activator stand-ins", func(ctx context.Context) error {
 		for _, ch := range []chan struct{}{listed, registered} {
 			select {
@@ -185,7 +186,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 			case <-ch:
 			}
 		}
-		keepStandIns(ctx, consul, cat, tags, advertise, gwPort, log)
+		keepStandIns(ctx, consul, cat, tags, advertise, gwPort, sweepStandIns, log)
 		return nil
 	})
 
@@ -204,6 +205,15 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return fmt.Errorf("register in Consul as %s: %w", spec.ActivatorServiceName, err)
 	}
 	close(registered)
+	goRun("keep the activator registered", func(ctx context.Context) error {
+		keepActivatorRegistered(ctx, consul, self, activatorCheckEvery, func() {
+			select {
+			case sweepStandIns <- struct{}{}:
+			default: // a sweep is already due
+			}
+		}, log)
+		return nil
+	})
 	log.Info("serving", "gateway", gwLn.Addr().String(), "admin", adminLn.Addr().String(), "advertise", advertise, "domain", o.domain)
 
 	<-ctx.Done()

@@ -57,6 +57,27 @@ func orphanedStandIns(local []consulroute.StandIn, replicas map[string]bool, own
 	return remove, adopt
 }
 
+// lostStandIns picks the revisions whose stand-in this replica registered
+// (registered) and the local agent no longer holds (local): the agent
+// restarted without its state, or another replica's sweep removed them
+// while this replica's own activator registration was gone (reaped). The
+// keeper forgets them, so its next pass registers the wanted ones again.
+// It is pure.
+func lostStandIns(local []consulroute.StandIn, registered map[string]bool, ownID func(revision string) string) []string {
+	held := make(map[string]bool, len(local))
+	for _, s := range local {
+		held[s.ID] = true
+	}
+	var lost []string
+	for rev := range registered {
+		if !held[ownID(rev)] {
+			lost = append(lost, rev)
+		}
+	}
+	sort.Strings(lost)
+	return lost
+}
+
 // standInSweepEvery is how often the keeper looks for orphaned stand-ins on
 // its agent (one agent listing and one health query).
 const standInSweepEvery = time.Minute
@@ -69,10 +90,12 @@ const standInSweepEvery = time.Minute
 // gone. Call it once Nomad's first listing is in the catalog (before that
 // an empty catalog would say every stand-in is unwanted) and this
 // replica's activator is registered. At once, and every standInSweepEvery,
-// it removes stand-ins on its
-// agent left by replicas that no longer exist and adopts its own from an
-// earlier run. On the way out it removes every stand-in it registered.
-func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, tags *revisionTags, addr string, port int, log *slog.Logger) {
+// it removes stand-ins on its agent left by replicas that no longer
+// exist, adopts its own from an earlier run and registers again those the
+// agent lost; a value on sweepNow sweeps at once (serve sends one when it
+// had to register its activator again: whatever lost that lost the
+// stand-ins too). On the way out it removes every stand-in it registered.
+func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, tags *revisionTags, addr string, port int, sweepNow <-chan struct{}, log *slog.Logger) {
 	registered := map[string]bool{}
 	defer func() {
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -93,6 +116,10 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			return
 		}
 		remove, adopt := orphanedStandIns(local, replicas, src.StandInID)
+		for _, rev := range lostStandIns(local, registered, src.StandInID) {
+			log.Warn("the local Consul agent lost this replica's activator stand-in; registering it again if still wanted", "revision", rev)
+			delete(registered, rev)
+		}
 		for _, rev := range adopt {
 			registered[rev] = true
 		}
@@ -142,6 +169,8 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 		case <-ctx.Done():
 			return
 		case <-changed:
+		case <-sweepNow:
+			nextSweep = time.Time{}
 		case <-time.After(10 * time.Second): // retry failed registrations; sweep
 		}
 	}

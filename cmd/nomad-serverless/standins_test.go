@@ -101,11 +101,12 @@ func (f *fakeStandIns) ids() []string {
 }
 
 // runKeeper runs keepStandIns until the test ends, then checks it removed
-// what it registered.
-func runKeeper(t *testing.T, f *fakeStandIns, cat *catalog.Catalog, tags *revisionTags) {
+// what it registered. A send on the channel it returns sweeps at once.
+func runKeeper(t *testing.T, f *fakeStandIns, cat *catalog.Catalog, tags *revisionTags) chan<- struct{} {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { keepStandIns(ctx, f, cat, tags, "127.0.0.1", 8080, quietLog); close(done) }()
+	sweep := make(chan struct{})
+	go func() { keepStandIns(ctx, f, cat, tags, "127.0.0.1", 8080, sweep, quietLog); close(done) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -115,6 +116,38 @@ func runKeeper(t *testing.T, f *fakeStandIns, cat *catalog.Catalog, tags *revisi
 			}
 		}
 	})
+	return sweep
+}
+
+func TestLostStandIns(t *testing.T) {
+	own := func(rev string) string { return rev + "-activator-me" }
+	local := []consulroute.StandIn{
+		{ID: "a-00001-activator-me", Revision: "a-00001", Replica: "me"},
+		{ID: "b-00001-activator-live", Revision: "b-00001", Replica: "live"}, // another replica's: not ours
+	}
+	registered := map[string]bool{"a-00001": true, "b-00001": true, "c-00001": true}
+	if got, want := lostStandIns(local, registered, own), []string{"b-00001", "c-00001"}; !slices.Equal(got, want) {
+		t.Errorf("lostStandIns = %v, want %v", got, want)
+	}
+	if got := lostStandIns(nil, nil, own); got != nil {
+		t.Errorf("lostStandIns of nothing = %v", got)
+	}
+}
+
+// A stand-in the agent lost (another replica's sweep removed it while this
+// replica's activator registration was reaped, or the agent restarted) is
+// registered again at the next sweep while it is still wanted.
+func TestStandInKeeperRegistersAgainWhatTheAgentLost(t *testing.T) {
+	f := newFakeStandIns("me")
+	cat := catalog.New()
+	cat.SetRevision(catalog.Revision{Name: "zero-00001", Service: "zero", Desired: 0})
+	sweep := runKeeper(t, f, cat, newRevisionTags())
+	waitFor(t, "a stand-in", func() bool { return slices.Equal(f.ids(), []string{"zero-00001-activator-me"}) })
+	f.mu.Lock()
+	delete(f.reg, "zero-00001-activator-me") // the agent lost it: nobody deregistered it
+	f.mu.Unlock()
+	sweep <- struct{}{}
+	waitFor(t, "the stand-in registered again", func() bool { return slices.Equal(f.ids(), []string{"zero-00001-activator-me"}) })
 }
 
 func TestStandInsExistOnlyWhileARevisionHasNoReadyInstance(t *testing.T) {

@@ -155,6 +155,7 @@ func (c *Consul) handler() http.Handler {
 	mux.HandleFunc("PUT /v1/agent/service/register", c.serviceRegister)
 	mux.HandleFunc("PUT /v1/agent/service/deregister/{id}", c.serviceDeregister)
 	mux.HandleFunc("GET /v1/agent/services", c.agentServices)
+	mux.HandleFunc("GET /v1/agent/service/{id}", c.agentService)
 	mux.HandleFunc("GET /v1/health/service/{name}", c.healthService)
 	mux.HandleFunc("GET /v1/health/checks/{service}", c.healthChecks)
 	mux.HandleFunc("GET /v1/health/state/{state}", c.healthState)

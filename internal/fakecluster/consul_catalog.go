@@ -314,12 +314,35 @@ func (c *Consul) agentServices(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	out := map[string]*consulapi.AgentService{}
 	for _, s := range c.services {
-		out[s.ID] = &consulapi.AgentService{ID: s.ID, Service: s.Name, Tags: slices.Clone(s.Tags), Meta: maps.Clone(s.Meta),
-			Port: s.Port, Address: s.Address, Weights: consulapi.AgentWeights{Passing: 1, Warning: 1},
-			Datacenter: "dc1", CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex}
+		out[s.ID] = agentService(s)
 	}
 	c.mu.Unlock()
 	writeJSON(w, writeHeaders, out)
+}
+
+// agentService answers GET /v1/agent/service/{id}; an unknown ID is a 404
+// with the agent's own text (Consul 1.16).
+func (c *Consul) agentService(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	c.mu.Lock()
+	s, ok := c.services[id]
+	var out *consulapi.AgentService
+	if ok {
+		out = agentService(s)
+	}
+	c.mu.Unlock()
+	if !ok {
+		writeText(w, writeHeaders, http.StatusNotFound, "unknown service ID: "+id)
+		return
+	}
+	writeJSON(w, writeHeaders, out)
+}
+
+// agentService is s as the agent's service endpoints list it.
+func agentService(s *consulService) *consulapi.AgentService {
+	return &consulapi.AgentService{ID: s.ID, Service: s.Name, Tags: slices.Clone(s.Tags), Meta: maps.Clone(s.Meta),
+		Port: s.Port, Address: s.Address, Weights: consulapi.AgentWeights{Passing: 1, Warning: 1},
+		Datacenter: "dc1", CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex}
 }
 
 func (c *Consul) serviceDeregister(w http.ResponseWriter, r *http.Request) {
