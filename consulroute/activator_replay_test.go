@@ -106,3 +106,22 @@ func TestStandInRegistersTaggedActivatorAndDeregisters(t *testing.T) {
 		t.Error("RegisterStandIn accepted a revision of another service")
 	}
 }
+
+// ActivatorRegistered asks the local agent for this replica's own
+// registration by ID and reads Consul 1.16's answers: the service (061)
+// is "held", the 404 with text (062) is "lost", not an error.
+func TestActivatorRegisteredReplay(t *testing.T) {
+	held := fx(t, "061-agent-service-activator.json")
+	c, replay := replayClient(t, withPath(held, "/v1/agent/service/nomad-serverless-activator-r1"))
+	if ok, err := c.ActivatorRegistered(ctxTimeout(t, 5*time.Second), ""); err != nil || !ok {
+		t.Errorf("held: ActivatorRegistered = %v, %v; want true, nil", ok, err)
+	}
+	assertSent(t, replay.Received()[0], withPath(held, "/v1/agent/service/nomad-serverless-activator-r1"))
+
+	lost := fx(t, "062-agent-service-unknown.json")
+	c, replay = replayClient(t, withPath(lost, "/v1/agent/service/nomad-serverless-activator-r1"))
+	if ok, err := c.ActivatorRegistered(ctxTimeout(t, 5*time.Second), ""); err != nil || ok {
+		t.Errorf("lost: ActivatorRegistered = %v, %v; want false, nil", ok, err)
+	}
+	assertSent(t, replay.Received()[0], withPath(lost, "/v1/agent/service/nomad-serverless-activator-r1"))
+}

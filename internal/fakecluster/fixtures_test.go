@@ -432,6 +432,13 @@ func TestConsulAnswersLikeTheRecording(t *testing.T) {
 	for _, name := range []string{"023-agent-service-register-critical.json", "026-agent-service-register-activator.json"} {
 		shapeCheck{}.check(t, load(name), send(t, base, load(name)))
 	}
+	// The agent's own registration by ID (026 registered this one), and
+	// an ID it does not hold: 404 with the agent's text.
+	own, unknown := load("061-agent-service-activator.json"), load("062-agent-service-unknown.json")
+	own.Request.Path = "/v1/agent/service/nomad-serverless-activator-1"
+	// (026 registers no meta, the recorded serve replica did.)
+	shapeCheck{allowMissing: []string{"TaggedAddresses", "Meta.*"}}.check(t, own, send(t, base, own))
+	shapeCheck{exactText: true}.check(t, unknown, send(t, base, unknown))
 	shapeCheck{}.check(t, load("024-health-service-critical-all.json"), send(t, base, load("024-health-service-critical-all.json")))
 	shapeCheck{}.check(t, load("025-health-service-critical-passing.json"), send(t, base, load("025-health-service-critical-passing.json")))
 
