@@ -16,10 +16,7 @@ import (
 // the activator's instances are left out of what we count.
 func TestStandInCarriesTheRevisionsTags(t *testing.T) {
 	c := fakecluster.Start(t, fakecluster.Options{CheckInterval: 100 * time.Millisecond})
-	cl, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica("r1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := fakeClusterClient(t, c, "r1")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	gateway, err := net.Listen("tcp", "127.0.0.1:0")
@@ -68,10 +65,7 @@ func TestStandInsOnTheLocalAgent(t *testing.T) {
 	port := gateway.Addr().(*net.TCPAddr).Port
 	clients := map[string]*consulroute.Client{}
 	for _, r := range []string{"r1", "r2"} {
-		cl, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica(r))
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := fakeClusterClient(t, c, r)
 		clients[r] = cl
 		if err := cl.RegisterStandIn(ctx, "hello-00001", "hello", "127.0.0.1", port); err != nil {
 			t.Fatal(err)
@@ -109,10 +103,7 @@ func TestStandInsOnTheLocalAgent(t *testing.T) {
 // not as "lost".
 func TestActivatorRegisteredOnTheLocalAgent(t *testing.T) {
 	c := fakecluster.Start(t, fakecluster.Options{CheckInterval: 100 * time.Millisecond})
-	cl, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica("r1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := fakeClusterClient(t, c, "r1")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if ok, err := cl.ActivatorRegistered(ctx, ""); err != nil || ok {
@@ -125,10 +116,7 @@ func TestActivatorRegisteredOnTheLocalAgent(t *testing.T) {
 		t.Fatalf("registered: ActivatorRegistered = %v, %v; want true, nil", ok, err)
 	}
 	// Another replica's registration is not this one's.
-	r2, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica("r2"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r2 := fakeClusterClient(t, c, "r2")
 	if ok, err := r2.ActivatorRegistered(ctx, ""); err != nil || ok {
 		t.Errorf("r2 sees r1's registration as its own: %v, %v", ok, err)
 	}
@@ -142,4 +130,14 @@ func TestActivatorRegisteredOnTheLocalAgent(t *testing.T) {
 	if ok, err := cl.ActivatorRegistered(ctx, ""); err == nil || ok {
 		t.Errorf("Consul down: ActivatorRegistered = %v, %v; want an error", ok, err)
 	}
+}
+
+// fakeClusterClient is replica's client of the fake cluster's Consul.
+func fakeClusterClient(t *testing.T, c *fakecluster.Cluster, replica string) *consulroute.Client {
+	t.Helper()
+	cl, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithReplica(replica))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
