@@ -205,7 +205,11 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return fmt.Errorf("register in Consul as %s: %w", spec.ActivatorServiceName, err)
 	}
 	close(registered)
+	// Its end is waited for before the deregistration below, so a
+	// registration it had under way cannot land after it.
+	kept := make(chan struct{})
 	goRun("keep the activator registered", func(ctx context.Context) error {
+		defer close(kept)
 		keepActivatorRegistered(ctx, consul, self, activatorCheckEvery, func() {
 			select {
 			case sweepStandIns <- struct{}{}:
@@ -223,6 +227,10 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	defer stopCancel()
 	select {
 	case <-released:
+	case <-stop.Done():
+	}
+	select {
+	case <-kept:
 	case <-stop.Done():
 	}
 	if err := consul.DeregisterActivator(stop, ""); err != nil {

@@ -29,7 +29,8 @@ const activatorCheckEvery = 5 * time.Second
 // failover, `deploy`'s URL, the stand-ins' alias checks and the leader
 // lock's session check. After each registration made again it calls
 // registeredAgain (the stand-in keeper's sweep: the agent lost those
-// too).
+// too). It returns once ctx ends and no registration of its own is under
+// way, so the caller may deregister then.
 func keepActivatorRegistered(ctx context.Context, reg activatorRegistry, self consulroute.ActivatorRegistration, every time.Duration, registeredAgain func(), log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -54,7 +55,13 @@ func keepActivatorRegistered(ctx context.Context, reg activatorRegistry, self co
 		if ok {
 			continue
 		}
-		if err := reg.RegisterActivator(ctx, self); err != nil {
+		// Not cut off by ctx: the caller deregisters once this returns,
+		// and a registration abandoned on the way could still land at
+		// the agent after that.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err = reg.RegisterActivator(rctx, self)
+		cancel()
+		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("the local Consul agent lost this replica's activator registration; registering it again failed", "err", err)
 			}
