@@ -154,6 +154,12 @@ func TestE2E14LeaderFailover(t *testing.T) {
 		return held(rev, standInID)
 	})
 	h.timing("the agent dropped serve's stand-in -> registered again", time.Since(dropped))
+	// Counted for operators (the NomadServerlessRegistrationLost alert).
+	if status, body, err := getBody(NewClient(1), leader.adminURL()+"/metrics"); err != nil || status != http.StatusOK {
+		t.Errorf("serve's /metrics: %d %v", status, err)
+	} else if n := MetricSum(body, "nomad_serverless_activator_registrations_lost_total", ""); n != 1 {
+		t.Errorf("nomad_serverless_activator_registrations_lost_total = %v after one drop, want 1", n)
+	}
 	lock.waitHolder(t, follower.replica, 30*time.Second)
 	h.waitSessions(t, 2) // the dropped replica is back in the election
 	o := leader.request(svc, "", "/", NewClient(1)).Do(context.Background())

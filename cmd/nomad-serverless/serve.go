@@ -208,9 +208,15 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	// Its end is waited for before the deregistration below, so a
 	// registration it had under way cannot land after it.
 	kept := make(chan struct{})
+	lostRegistrations := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nomad_serverless_activator_registrations_lost_total",
+		Help: "Times the local Consul agent had lost this replica's activator registration (reaped after its check stayed critical, or an agent restarted without its state) and serve registered it again.",
+	})
+	reg.MustRegister(lostRegistrations)
 	goRun("keep the activator registered", func(ctx context.Context) error {
 		defer close(kept)
 		keepActivatorRegistered(ctx, consul, self, activatorCheckEvery, func() {
+			lostRegistrations.Inc()
 			select {
 			case sweepStandIns <- struct{}{}:
 			default: // a sweep is already due
