@@ -76,16 +76,23 @@ func TestHostileInputGateway(t *testing.T) {
 				var resps []rawhttp.Response
 				var closed bool
 				var saw int64
+				var reset bool
 				for attempt := 1; ; attempt++ {
 					before := in.appStats(t).Requests
 					r := rawhttp.ExchangeDetail(t, pg.addr, parts, 300*time.Millisecond, 2*time.Second)
-					resps, closed, saw = r.Responses, r.Closed, in.appStats(t).Requests-before
+					resps, closed, saw, reset = r.Responses, r.Closed, in.appStats(t).Requests-before, r.Reset
 					// A client that keeps sending past a limit gets a
 					// reset when the gateway closes over its unread bytes,
 					// and a reset can destroy the answer before the client
 					// reads it: TCP's doing, not a missing answer, so try
 					// again (an answer that is never sent fails every time).
-					if !(pastLimit[c.name] && r.Reset && len(resps) == 0 && attempt < 3) {
+					// After a plain request its answer is there: what the
+					// reset can destroy is the one after it.
+					leadAnswers := 0
+					if lead != "" {
+						leadAnswers = 1
+					}
+					if !(pastLimit[c.name] && r.Reset && len(resps) <= leadAnswers && attempt < 3) {
 						break
 					}
 					t.Logf("attempt %d: the connection was reset before the answer was read; again", attempt)
@@ -109,8 +116,8 @@ func TestHostileInputGateway(t *testing.T) {
 					ok = false
 				}
 				if !ok {
-					t.Fatalf("got %d responses %+v, closed=%v, app saw %d; want statuses %v closed=%v app saw %d",
-						len(resps), resps, closed, saw, c.want.statuses, c.want.closed, c.want.appSaw)
+					t.Fatalf("got %d responses %+v, closed=%v (reset=%v), app saw %d; want statuses %v closed=%v app saw %d",
+						len(resps), resps, closed, reset, saw, c.want.statuses, c.want.closed, c.want.appSaw)
 				}
 			})
 		}
