@@ -68,8 +68,6 @@ func keepActivatorRegistered(ctx context.Context, reg activatorRegistry, self co
 			continue
 		}
 		log.Warn("the local Consul agent had lost this replica's activator registration (reaped after its check stayed critical, or the agent restarted without its state); registered it again")
-		if registeredAgain != nil {
-			registeredAgain()
-		}
+		registeredAgain()
 	}
 }

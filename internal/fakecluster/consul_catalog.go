@@ -315,9 +315,7 @@ func (c *Consul) agentServices(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	out := map[string]*consulapi.AgentService{}
 	for _, s := range c.services {
-		a := agentService(s)
-		a.ModifyIndex = 0
-		out[s.ID] = a
+		out[s.ID] = agentService(s)
 	}
 	c.mu.Unlock()
 	writeJSON(w, writeHeaders, out)
@@ -332,27 +330,27 @@ func (c *Consul) agentService(w http.ResponseWriter, r *http.Request) {
 	var out *consulapi.AgentService
 	if ok {
 		out = agentService(s)
+		// The single lookup carries a hash of the registration (Consul
+		// 1.16, fixture 061), for a blocking query on it; nothing of ours
+		// blocks on it, so any value that changes with the registration
+		// does.
+		out.ContentHash = strconv.FormatUint(s.ModifyIndex, 16)
 	}
 	c.mu.Unlock()
 	if !ok {
 		writeText(w, writeHeaders, http.StatusNotFound, "unknown service ID: "+id)
 		return
 	}
-	// The single lookup carries a hash of the registration (Consul 1.16,
-	// fixture 061), for a blocking query on it; nothing of ours blocks on
-	// it, so any value that changes with the registration does.
-	out.ContentHash = strconv.FormatUint(out.ModifyIndex, 16)
-	out.CreateIndex, out.ModifyIndex = 0, 0
 	writeJSON(w, writeHeaders, out)
 }
 
 // agentService is s as the agent's service endpoints list it: tags and
 // meta are never null (an empty list and map), and the Raft indexes are
-// left to the catalog's endpoints (fixture 061; the caller clears them).
+// left to the catalog's endpoints (fixture 061).
 func agentService(s *consulService) *consulapi.AgentService {
 	out := &consulapi.AgentService{ID: s.ID, Service: s.Name, Tags: slices.Clone(s.Tags), Meta: maps.Clone(s.Meta),
 		Port: s.Port, Address: s.Address, Weights: consulapi.AgentWeights{Passing: 1, Warning: 1},
-		Datacenter: "dc1", ModifyIndex: s.ModifyIndex}
+		Datacenter: "dc1"}
 	if out.Tags == nil {
 		out.Tags = []string{}
 	}
