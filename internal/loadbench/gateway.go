@@ -97,7 +97,9 @@ func runGatewayBench(ctx context.Context, o Options) error {
 			peerBefore = pe.cpu()
 		}
 		app0, _ := cpuTime(app.pid())
+		idle := s.measureIdle()
 		r := Run(ctx, t, Load{Conns: conns, Duration: d})
+		idle()
 		app1, _ := cpuTime(app.pid())
 		s.AppCPU += app1 - app0
 		for i, p := range procs {
@@ -153,7 +155,7 @@ func runGatewayBench(ctx context.Context, o Options) error {
 	if len(o.Peers) > 0 {
 		// (a), (b) and (d) are references: a peer takes the gateway's
 		// place in front of the same sidecar, so only (c) gets ratios.
-		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxies' CPU; app CPU/req = the app's behind each)", o.Conns),
+		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxies' CPU; app CPU/req = the app's behind each; idle = the machine's CPU left idle)", o.Conns),
 			peerRows([]*Series{sA, sB, sD}, []*Series{sC}, sPeers)); err != nil {
 			return err
 		}

@@ -52,17 +52,6 @@ func (s gatewayBenchSvc) revision() string { return spec.RevisionName(s.Service,
 
 func (s gatewayBenchSvc) host() string { return s.Service + ".default." + activator.DefaultDomain }
 
-func init() {
-	// Runs before main: the child never parses the benchmark's flags.
-	if v := os.Getenv(envGatewayChild); v != "" {
-		if err := runGatewayChild(v); err != nil {
-			fmt.Fprintln(os.Stderr, "loadbench gateway:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-}
-
 // steadyAutoscaler stands for an autoscaler that has decided every revision
 // has plenty of spare capacity (the steady state the throughput runs
 // measure): the activator stays out of the path, demand goes nowhere.

@@ -3,8 +3,9 @@
 // every mode) drives the test app directly and through the proxy under
 // test, alternating the two in one run so machine noise lands on both, and
 // prints throughput, p50/p99, ratios, CPU per request and peak RSS. HAProxy
-// and nginx, when installed, run in the same rounds in front of the same
-// upstream (peer.go), and our ratios against them are printed too.
+// and nginx, when installed, and two bare Go loops as yardsticks
+// (peer_goloop.go) run in the same rounds in front of the same upstream
+// (peer.go), and our ratios against them are printed too.
 //
 //	go run ./internal/loadbench -mode sidecar -bin bin/nomad-serverless
 //
@@ -44,6 +45,27 @@ type Options struct {
 	// skipped with one line.
 	Peers []peerKind
 	Out   io.Writer
+}
+
+// children are the processes the benchmark starts from its own executable,
+// by the environment variable that makes it one and carries its
+// configuration: the gateway under test and the reference loops.
+func children() map[string]func(config string) error {
+	return map[string]func(string) error{envGatewayChild: runGatewayChild, envGoloopChild: runGoloopChild}
+}
+
+func init() {
+	// Runs before main (and before a test binary's tests): a child never
+	// parses the benchmark's flags.
+	for env, run := range children() {
+		if v := os.Getenv(env); v != "" {
+			if err := run(v); err != nil {
+				fmt.Fprintf(os.Stderr, "loadbench %s: %v\n", env, err)
+				os.Exit(1)
+			}
+			os.Exit(0)
+		}
+	}
 }
 
 // mode runs one benchmark.

@@ -12,14 +12,21 @@ import (
 	"time"
 )
 
-// peerKind is a production proxy the load runs put beside ours, in front of
-// the same upstream and in the same alternating rounds, so a ratio of ours
-// against it says how far from "fast" we are on this very machine (issue
-// 16): HAProxy and nginx, as Debian packages them.
+// peerKind is a proxy the load runs put beside ours, in front of the same
+// upstream and in the same alternating rounds, so a ratio of ours against
+// it says how far from "fast" we are on this very machine (issue 16):
+// HAProxy and nginx, as Debian packages them, and the reference Go loops
+// (peer_goloop.go).
 type peerKind struct {
 	Name    string // target name and -peers name
 	Bin     string // executable, looked up in PATH, then in /usr/sbin
 	Package string // Debian package that installs it
+	// Builtin: the benchmark's own executable runs it (Env says how);
+	// there is nothing to install.
+	Builtin bool
+	// Env, when not nil, is its environment beyond the benchmark's, given
+	// the configuration's path.
+	Env func(path string) map[string]string
 	// ConfigFile is the name of the file config is written to.
 	ConfigFile string
 	// Config renders the whole configuration: listen on listen (host:port),
@@ -27,12 +34,14 @@ type peerKind struct {
 	// connections, keep every file in dir.
 	Config func(dir, listen, upstream string) string
 	// Args are the arguments that run it in the foreground with the
-	// configuration at path and nothing outside dir.
+	// configuration at path and nothing outside dir (nil: none).
 	Args func(dir, path string) []string
 }
 
 // peerKinds are the peers the benchmark knows, in the order they run.
-func peerKinds() []peerKind { return []peerKind{haproxyPeer(), nginxPeer()} }
+func peerKinds() []peerKind {
+	return []peerKind{haproxyPeer(), nginxPeer(), goloopPeer(1), goloopPeer(2)}
+}
 
 // peerNames is every known peer's name, the default of -peers.
 func peerNames() []string {
@@ -66,6 +75,16 @@ func parsePeers(list string) ([]peerKind, error) {
 // installs both peers and which a non-root PATH often lacks. When there is
 // none, skip is the one line to print instead of the peer's numbers.
 func locatePeer(k peerKind, lookPath func(string) (string, error)) (path, skip string) {
+	if k.Builtin {
+		if !goloopSupported {
+			return "", fmt.Sprintf("peer %s: needs Linux (epoll); running without it", k.Name)
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Sprintf("peer %s: cannot find the benchmark's own executable (%v); running without it", k.Name, err)
+		}
+		return self, ""
+	}
 	for _, name := range []string{k.Bin, filepath.Join("/usr/sbin", k.Bin)} {
 		if p, err := lookPath(name); err == nil {
 			return p, ""
@@ -110,7 +129,15 @@ func startPeer(k peerKind, bin, upstream string) (*peer, error) {
 		return nil, fmt.Errorf("write the configuration of %s: %w", k.Name, err)
 	}
 	// Pdeathsig: a benchmark killed outright takes the peer with it.
-	p, err := startProcAttr(k.Name, bin, k.Args(dir, path), nil, &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL})
+	var args []string
+	if k.Args != nil {
+		args = k.Args(dir, path)
+	}
+	var env map[string]string
+	if k.Env != nil {
+		env = k.Env(path)
+	}
+	p, err := startProcAttr(k.Name, bin, args, env, &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

@@ -23,11 +23,14 @@ type roundStats struct {
 	// AppCPUPerReq is the app's CPU over all the series' requests, 0 if
 	// unknown.
 	AppCPUPerReq time.Duration
+	// Idle is the share of the machine's CPU idle during the runs, 0 if
+	// unknown.
+	Idle float64
 }
 
 // medianStats computes s's roundStats.
 func medianStats(s *Series) roundStats {
-	st := roundStats{Runs: len(s.Runs)}
+	st := roundStats{Runs: len(s.Runs), Idle: s.idleShare()}
 	if len(s.Runs) == 0 {
 		return st
 	}
@@ -133,15 +136,15 @@ func PrintPeerComparison(w io.Writer, title string, rows []peerRow) error {
 	}
 	fmt.Fprintf(w, "\n%s\n", title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "target\truns\treq/s\tp50\tp99\tp99.9\terrors\tnon-2xx\tCPU/req\tapp CPU/req\t")
+	fmt.Fprint(tw, "target\truns\treq/s\tp50\tp99\tp99.9\terrors\tnon-2xx\tCPU/req\tapp CPU/req\tidle\t")
 	for _, p := range peers {
 		fmt.Fprintf(tw, "vs %s\t", p)
 	}
 	fmt.Fprintln(tw)
 	for _, r := range rows {
 		st := medianStats(r.Series)
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t", r.Series.Name, st.Runs, st.RPS,
-			fmtDur(st.P50), fmtDur(st.P99), fmtDur(st.P999), st.Errors, st.Non2xx, fmtCPU(st.CPUPerReq), fmtCPU(st.AppCPUPerReq))
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t", r.Series.Name, st.Runs, st.RPS,
+			fmtDur(st.P50), fmtDur(st.P99), fmtDur(st.P999), st.Errors, st.Non2xx, fmtCPU(st.CPUPerReq), fmtCPU(st.AppCPUPerReq), fmtShare(st.Idle))
 		for _, p := range rows {
 			if p.Role != rolePeer {
 				continue
@@ -166,6 +169,14 @@ func PrintPeerComparison(w io.Writer, title string, rows []peerRow) error {
 		fmt.Fprintf(tw, "%s / %s:\treq/s %.3f\tp50 %.2fx\tp99 %.2fx\tp99.9 %.2fx\n", r.Ours, r.Peer, r.RPS, r.P50, r.P99, r.P999)
 	}
 	return tw.Flush()
+}
+
+// fmtShare prints a share as a percentage, "-" when unknown.
+func fmtShare(f float64) string {
+	if f <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*f)
 }
 
 // fmtCPU prints a CPU time per request, "-" when unknown.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,13 @@ func TestPeerConfigs(t *testing.T) {
 func TestLocatePeer(t *testing.T) {
 	none := func(string) (string, error) { return "", exec.ErrNotFound }
 	for _, k := range peerKinds() {
+		if k.Builtin {
+			// Nothing to install: the benchmark runs it itself.
+			if path, skip := locatePeer(k, none); goloopSupported && (path == "" || skip != "") {
+				t.Errorf("%s: path %q, skip %q", k.Name, path, skip)
+			}
+			continue
+		}
 		path, skip := locatePeer(k, none)
 		if path != "" || !strings.Contains(skip, "apt-get install "+k.Package) || strings.Contains(skip, "\n") {
 			t.Errorf("%s missing: path %q, skip %q", k.Name, path, skip)
@@ -103,6 +111,7 @@ func TestMedianStats(t *testing.T) {
 	s := series("x", []int64{100, 110, 10, 105, 95}, []time.Duration{ms, 2 * ms, 50 * ms, ms, 2 * ms})
 	s.CPU = 420 * ms
 	s.AppCPU = 840 * ms
+	s.Idle, s.MachineCPU = 3*time.Second, 12*time.Second
 	st := medianStats(s)
 	if st.Runs != 5 || st.RPS != 100 || st.Errors != 0 || st.Non2xx != 0 {
 		t.Errorf("stats %+v", st)
@@ -115,6 +124,9 @@ func TestMedianStats(t *testing.T) {
 	}
 	if st.AppCPUPerReq != 2*ms {
 		t.Errorf("app CPU/req %s, want 2ms", st.AppCPUPerReq)
+	}
+	if st.Idle != 0.25 || fmtShare(st.Idle) != "25%" {
+		t.Errorf("idle %v (%s), want 0.25", st.Idle, fmtShare(st.Idle))
 	}
 	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
 		t.Errorf("even median %v", got)
@@ -146,7 +158,7 @@ func TestPrintPeerComparison(t *testing.T) {
 	}
 	out := b.String()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if lines[0] != "== title" || !strings.Contains(lines[1], "p99.9") || !strings.Contains(lines[1], "vs haproxy") || !strings.Contains(lines[1], "vs nginx") || !strings.Contains(lines[1], "app CPU/req") {
+	if lines[0] != "== title" || !strings.Contains(lines[1], "p99.9") || !strings.Contains(lines[1], "vs haproxy") || !strings.Contains(lines[1], "vs nginx") || !strings.Contains(lines[1], "app CPU/req") || !strings.Contains(lines[1], "idle") {
 		t.Errorf("header:\n%s", out)
 	}
 	for _, want := range []string{"sidecar / haproxy:  req/s 0.950", "sidecar / nginx:    req/s 1.900"} {
@@ -244,5 +256,29 @@ func TestParseStat(t *testing.T) {
 	}
 	if _, _, err := parseStat([]byte("4242 (x) S 1")); err == nil {
 		t.Error("short stat accepted")
+	}
+}
+
+func TestParseMachineCPU(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	m, ok := parseMachineCPU([]byte("cpu  300 0 100 500 100 0 0 0 40 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"))
+	if !ok || m.Idle != 6*time.Second || m.Total != 10*time.Second {
+		t.Errorf("got %+v ok %v, want idle 6s of 10s", m, ok)
+	}
+	for _, bad := range []string{"", "intr 1 2 3\n", "cpu  x 1 2\n"} {
+		if _, ok := parseMachineCPU([]byte(bad)); ok {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, ok := readMachineCPU(); !ok && runtime.GOOS == "linux" {
+		t.Error("no /proc/stat on Linux")
+	}
+	// A second reading a moment later has the machine's time move on.
+	s := &Series{}
+	stop := s.measureIdle()
+	time.Sleep(50 * time.Millisecond)
+	stop()
+	if runtime.GOOS == "linux" && (s.MachineCPU <= 0 || s.Idle > s.MachineCPU) {
+		t.Errorf("measured idle %s of %s", s.Idle, s.MachineCPU)
 	}
 }

@@ -21,6 +21,9 @@ type Series struct {
 	// proxy hands it the requests (issue 16: behind our sidecar it paid
 	// 50 us a request, behind HAProxy 32), so it is measured, not assumed.
 	AppCPU time.Duration
+	// Idle of MachineCPU is the machine's CPU time (all CPUs) that was
+	// idle during the runs (measureIdle).
+	Idle, MachineCPU time.Duration
 }
 
 // Add appends one run.

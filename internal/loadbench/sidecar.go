@@ -86,7 +86,9 @@ func runSidecarBench(ctx context.Context, o Options) error {
 			cpu0 = cpu()
 		}
 		app0 := appCPU()
+		idle := s.measureIdle()
 		r := Run(ctx, t, Load{Conns: conns, Duration: d})
+		idle()
 		if cpu != nil {
 			s.CPU += cpu() - cpu0
 		}
@@ -134,7 +136,7 @@ func runSidecarBench(ctx context.Context, o Options) error {
 	PrintComparison(o.Out, fmt.Sprintf("== throughput, %d connections (ratio = proxied / direct)", o.Conns), sDirect, sNoLimit, sLimit)
 	PrintComparison(o.Out, "== one connection", oneDirect, oneSidecar)
 	if len(o.Peers) > 0 {
-		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxy's CPU, the app's for direct; app CPU/req = the app's behind each)", o.Conns),
+		if err := PrintPeerComparison(o.Out, fmt.Sprintf("== against the peers, %d connections (medians of the rounds; vs = our req/s / the peer's; CPU/req = the proxy's CPU, the app's for direct; app CPU/req = the app's behind each; idle = the machine's CPU left idle)", o.Conns),
 			peerRows([]*Series{sDirect}, []*Series{sNoLimit, sLimit}, sPeers)); err != nil {
 			return err
 		}
