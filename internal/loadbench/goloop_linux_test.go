@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/internal/rawhttp"
 )
 
 // startTestGoloop runs loops reference loops in front of h.
@@ -32,37 +34,18 @@ func startTestGoloop(t *testing.T, loops int, h http.Handler) (addr string, upst
 	return addr, upstream
 }
 
-// exchangeRaw writes raw on a new connection and reads a response for each
-// of methods, the methods of the requests in raw.
-func exchangeRaw(t *testing.T, addr, raw string, methods ...string) []*http.Response {
+// exchange writes raw on a new connection and returns the responses it
+// reads before the connection goes quiet or closes.
+func exchange(t *testing.T, addr, raw string) []rawhttp.Response {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	var out []*http.Response
-	for _, m := range methods {
-		resp, err := http.ReadResponse(br, &http.Request{Method: m})
-		if err != nil {
-			t.Fatalf("response %d of %q: %v", len(out)+1, raw, err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body = io.NopCloser(strings.NewReader(string(b)))
-		out = append(out, resp)
-	}
-	return out
+	rs, _ := rawhttp.Exchange(t, addr, []string{raw}, 0, 300*time.Millisecond)
+	return rs
 }
 
 func body(r *http.Response) string { b, _ := io.ReadAll(r.Body); return string(b) }
 
 func TestGoloopProxies(t *testing.T) {
-	big := strings.Repeat("x", 1<<20) // more than a socket takes at once
+	big := strings.Repeat("x", 32<<20) // more than the sockets take at once
 	addr, _ := startTestGoloop(t, 2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/big":
@@ -77,34 +60,60 @@ func TestGoloopProxies(t *testing.T) {
 	}))
 
 	// Keep-alive, two requests written at once: answered in order.
-	rs := exchangeRaw(t, addr, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n", "GET", "GET")
-	if got := body(rs[0]) + "|" + body(rs[1]); got != "GET /a xff=127.0.0.1|GET /b xff=127.0.0.1" {
-		t.Errorf("two requests: %q", got)
+	rs := exchange(t, addr, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+	if len(rs) != 2 || rs[0].Body+"|"+rs[1].Body != "GET /a xff=127.0.0.1|GET /b xff=127.0.0.1" {
+		t.Errorf("two requests: %+v", rs)
 	}
-	// HEAD has a Content-Length and no body; 204 neither: the next
-	// response on the connection must still parse.
-	rs = exchangeRaw(t, addr, "HEAD /h HTTP/1.1\r\nHost: x\r\n\r\nGET /none HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n", "HEAD", "GET", "GET")
-	if rs[0].StatusCode != 200 || rs[0].ContentLength <= 0 || rs[1].StatusCode != 204 || body(rs[2]) != "GET /c xff=127.0.0.1" {
-		t.Errorf("HEAD, 204, GET: %d (length %d), %d, %q", rs[0].StatusCode, rs[0].ContentLength, rs[1].StatusCode, body(rs[2]))
+	// 204 has no body: the next response on the connection must still
+	// parse.
+	rs = exchange(t, addr, "GET /none HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n")
+	if len(rs) != 2 || rs[0].Status != 204 || rs[1].Body != "GET /c xff=127.0.0.1" {
+		t.Errorf("204, GET: %+v", rs)
 	}
-	// A megabyte fills the client's socket: the loop must wait for it to
-	// drain (EPOLLOUT) and lose nothing.
+	// HEAD has a Content-Length and no body; the GET after it on the same
+	// kept-alive connection must get its own answer.
 	c := &http.Client{Timeout: 5 * time.Second}
-	for range 3 {
-		resp, err := c.Get("http://" + addr + "/big")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b := body(resp); resp.StatusCode != 200 || b != big {
-			t.Fatalf("big body: status %d, %d bytes, want %d", resp.StatusCode, len(b), len(big))
-		}
-		resp.Body.Close()
+	resp, err := c.Head("http://" + addr + "/h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ContentLength <= 0 {
+		t.Errorf("HEAD: %d (length %d)", resp.StatusCode, resp.ContentLength)
+	}
+	resp, err = c.Get("http://" + addr + "/after-head")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(resp); b != "GET /after-head xff=127.0.0.1" {
+		t.Errorf("GET after HEAD: %q", b)
+	}
+	resp.Body.Close()
+	// A client that reads late, a body more than the sockets hold: the
+	// loop must wait for the client's socket to drain (EPOLLOUT) and lose
+	// nothing.
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the loop's writes fill the socket meanwhile
+	resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(resp); resp.StatusCode != 200 || b != big {
+		t.Fatalf("big body: status %d, %d bytes, want %d", resp.StatusCode, len(b), len(big))
 	}
 	// A request with a body is not the loop's: 501, and the connection
 	// closes.
-	rs = exchangeRaw(t, addr, "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi", "POST")
-	if rs[0].StatusCode != http.StatusNotImplemented || !rs[0].Close {
-		t.Errorf("POST: %d close=%v", rs[0].StatusCode, rs[0].Close)
+	rs = exchange(t, addr, "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+	if len(rs) != 1 || rs[0].Status != http.StatusNotImplemented || !rs[0].Close {
+		t.Errorf("POST: %+v", rs)
 	}
 }
 
@@ -118,12 +127,12 @@ func TestGoloopUpstreamGone(t *testing.T) {
 		}
 		w.Write([]byte("ok"))
 	}))
-	if rs := exchangeRaw(t, addr, "GET /die HTTP/1.1\r\nHost: x\r\n\r\n", "GET"); rs[0].StatusCode != http.StatusBadGateway {
-		t.Errorf("upstream closed mid-request: %d, want 502", rs[0].StatusCode)
+	if rs := exchange(t, addr, "GET /die HTTP/1.1\r\nHost: x\r\n\r\n"); len(rs) != 1 || rs[0].Status != http.StatusBadGateway {
+		t.Errorf("upstream closed mid-request: %+v, want a 502", rs)
 	}
 	upstream.Close()
-	if rs := exchangeRaw(t, addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "GET"); rs[0].StatusCode != http.StatusBadGateway {
-		t.Errorf("upstream refusing: %d, want 502", rs[0].StatusCode)
+	if rs := exchange(t, addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); len(rs) != 1 || rs[0].Status != http.StatusBadGateway {
+		t.Errorf("upstream refusing: %+v, want a 502", rs)
 	}
 }
 

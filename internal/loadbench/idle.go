@@ -1,10 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,23 +28,21 @@ func readMachineCPU() (m machineCPU, ok bool) {
 // idle iowait irq softirq steal (guest time is inside user already).
 func parseMachineCPU(b []byte) (m machineCPU, ok bool) {
 	line, _, _ := bytes.Cut(b, []byte("\n"))
-	sc := bufio.NewScanner(bytes.NewReader(line))
-	sc.Split(bufio.ScanWords)
-	if !sc.Scan() || sc.Text() != "cpu" {
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
 		return m, false
 	}
-	var ticks int64
-	for i := 0; i < 8 && sc.Scan(); i++ {
-		v, err := strconv.ParseInt(sc.Text(), 10, 64)
+	for i, v := range f[1:9] {
+		ticks, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return m, false
 		}
-		ticks += v
+		d := time.Duration(ticks) * time.Second / userHZ
+		m.Total += d
 		if i == 3 || i == 4 {
-			m.Idle += time.Duration(v) * time.Second / userHZ
+			m.Idle += d
 		}
 	}
-	m.Total = time.Duration(ticks) * time.Second / userHZ
 	return m, m.Total > 0
 }
 
