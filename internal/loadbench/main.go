@@ -9,6 +9,9 @@
 //
 //	go run ./internal/loadbench -mode sidecar -bin bin/nomad-serverless
 //
+// It runs on Linux: it reads /proc, ties its peers' lives to its own
+// (Pdeathsig), and the reference loops use epoll.
+//
 // Modes: sidecar (sidecar.go). Add a mode by adding it to modes().
 package main
 

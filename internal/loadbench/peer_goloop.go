@@ -10,7 +10,7 @@ import (
 )
 
 // goloopPeer is a yardstick, not a production proxy: loops threads of a
-// bare Go epoll loop (goloop_linux.go) that pass plain requests on with
+// bare Go epoll loop (goloop.go) that pass plain requests on with
 // X-Forwarded-For added and nothing else (no header policy, timeouts,
 // retries or limits). It shows what a Go data path can reach on this
 // machine with that many threads of its own, free of the Go scheduler: the

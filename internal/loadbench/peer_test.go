@@ -48,7 +48,7 @@ func TestLocatePeer(t *testing.T) {
 	for _, k := range peerKinds() {
 		if k.Builtin {
 			// Nothing to install: the benchmark runs it itself.
-			if path, skip := locatePeer(k, none); goloopSupported && (path == "" || skip != "") {
+			if path, skip := locatePeer(k, none); path == "" || skip != "" {
 				t.Errorf("%s: path %q, skip %q", k.Name, path, skip)
 			}
 			continue

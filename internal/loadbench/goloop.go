@@ -1,5 +1,3 @@
-//go:build linux
-
 package main
 
 import (
@@ -11,9 +9,6 @@ import (
 	"strconv"
 	"syscall"
 )
-
-// goloopSupported: the reference loop needs epoll.
-const goloopSupported = true
 
 // goloop is one thread of the reference data path (see goloopPeer): an
 // epoll loop of its own on a locked OS thread, with its own listening socket
