@@ -254,11 +254,8 @@ func (l *goloop) request(c *gconn) {
 	if c.busy {
 		return
 	}
-	end := bytes.Index(c.in, []byte("\r\n\r\n"))
+	end := l.headEnd(c.in, c, "431 Request Header Fields Too Large")
 	if end < 0 {
-		if len(c.in) > maxGoloopHead {
-			l.fail(c, "431 Request Header Fields Too Large")
-		}
 		return
 	}
 	head := c.in[:end+2]
@@ -291,11 +288,8 @@ func (l *goloop) request(c *gconn) {
 // there.
 func (l *goloop) response(a *gconn) {
 	c := a.peer
-	end := bytes.Index(a.in, []byte("\r\n\r\n"))
+	end := l.headEnd(a.in, c, "502 Bad Gateway")
 	if end < 0 {
-		if len(a.in) > maxGoloopHead {
-			l.fail(c, "502 Bad Gateway")
-		}
 		return
 	}
 	head := a.in[:end+2]
@@ -320,6 +314,17 @@ func (l *goloop) response(a *gconn) {
 		return
 	}
 	l.request(c) // a request that arrived meanwhile
+}
+
+// headEnd is where the head at the start of in ends (its blank line), -1
+// while it is incomplete; a head that outgrows maxGoloopHead fails client
+// with status.
+func (l *goloop) headEnd(in []byte, client *gconn, status string) int {
+	end := bytes.Index(in, []byte("\r\n\r\n"))
+	if end < 0 && len(in) > maxGoloopHead {
+		l.fail(client, status)
+	}
+	return end
 }
 
 // dial opens an upstream connection. A blocking connect is fine for a

@@ -113,6 +113,12 @@ func TestGoloopProxies(t *testing.T) {
 	if len(rs) != 1 || rs[0].Status != http.StatusNotImplemented || !rs[0].Close {
 		t.Errorf("POST: %+v", rs)
 	}
+	// A head that never ends within maxGoloopHead: 431, and the
+	// connection closes.
+	rs = exchange(t, addr, "GET /h HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("y", maxGoloopHead+1024))
+	if len(rs) != 1 || rs[0].Status != http.StatusRequestHeaderFieldsTooLarge || !rs[0].Close {
+		t.Errorf("oversized head: %+v", rs)
+	}
 }
 
 func TestGoloopUpstreamGone(t *testing.T) {
