@@ -234,9 +234,10 @@ func (l *goloop) serve(c *gconn, events uint32) {
 	}
 }
 
-// gone handles an end of c's stream or an error on it.
+// gone handles an end of c's stream or an error on it. An upstream
+// connection always has its client (request dials it for one).
 func (l *goloop) gone(c *gconn) {
-	if c.upstream && c.peer != nil && c.peer.busy {
+	if c.upstream && c.peer.busy {
 		l.fail(c.peer, "502 Bad Gateway")
 		return
 	}
