@@ -119,19 +119,27 @@ func killUnderLoad(t *testing.T, body string) (*loadResult, int, time.Time, time
 	wg := runLoad(ctx, pg.url(), 8, body, lr)
 	time.Sleep(time.Second)
 
-	var inFlight int
-	for _, st := range pg.g.Revisions() {
-		for _, in := range st.Instances {
-			if in.Address == a.addr() {
-				inFlight = in.InFlight
+	inFlightToA := func() int {
+		for _, st := range pg.g.Revisions() {
+			for _, in := range st.Instances {
+				if in.Address == a.addr() {
+					return in.InFlight
+				}
 			}
 		}
+		return 0
 	}
-	before := lr.ok.Load() + lr.failed.Load()
+	// The count and the kill cannot be one instant: the requests in
+	// flight at the kill are at most the larger of the counts just before
+	// and just after it, and the ones sent from the first count on (the
+	// window returned starts there).
 	killed := time.Now()
+	inFlight := inFlightToA()
+	before := lr.ok.Load() + lr.failed.Load()
 	if err := a.app.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	inFlight = max(inFlight, inFlightToA())
 	var gone time.Time
 	for gone.IsZero() {
 		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(a.appPort)), 100*time.Millisecond)
