@@ -155,8 +155,13 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	goRun("follow Nomad", func(ctx context.Context) error {
 		return feedNomad(ctx, nomad, cat, tags, func() { close(listed) }, log)
 	})
-	goRun("follow Consul records", func(ctx context.Context) error { return feedRecords(ctx, consul, cat, log) })
-	goRun("follow ready instances", func(ctx context.Context) error { return feedReady(ctx, consul, cat, log) })
+	recordsLoaded, readyJoined := make(chan struct{}), make(chan struct{})
+	goRun("follow Consul records", func(ctx context.Context) error {
+		return feedRecords(ctx, consul, cat, func() { close(recordsLoaded) }, log)
+	})
+	goRun("follow ready instances", func(ctx context.Context) error {
+		return feedReady(ctx, consul, cat, listed, func() { close(readyJoined) }, log)
+	})
 	// The leader lock's session is bound to this replica's activator check
 	// (its admin /healthz), so a replica that dies loses the lock within a
 	// check interval. On the way out the lock is released first: the
@@ -194,7 +199,10 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	// Both listeners screen request heads for smuggling (CL with TE,
 	// duplicate CL, obs-fold) before net/http reads them.
-	goRun("gateway listener", func(context.Context) error { return ignoreClosed(gwSrv.Serve(gw.Listener(gwLn))) })
+	goRun("gateway listener", func(ctx context.Context) error {
+		awaitCatalog(ctx, catalogLoadWait, log, listed, recordsLoaded, readyJoined)
+		return ignoreClosed(gwSrv.Serve(gw.Listener(gwLn)))
+	})
 	adminScreened := keepalive.ScreenListener{Listener: adminLn, MaxHead: http.DefaultMaxHeaderBytes + 4<<10}
 	goRun("admin listener", func(context.Context) error { return ignoreClosed(adminSrv.Serve(adminScreened)) })
 
@@ -249,6 +257,36 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return *p
 	}
 	return nil
+}
+
+// catalogLoadWait bounds how long a starting serve keeps its gateway's
+// connections waiting for the catalog (awaitCatalog). A healthy cluster
+// loads it in milliseconds; past this, clients get the gateway's own
+// answers (and it logs why) rather than wait toward their timeouts.
+const catalogLoadWait = 10 * time.Second
+
+// awaitCatalog returns once every one of loaded is closed (Nomad's
+// revisions listed, Consul's routes and ready instances joined to them),
+// after wait, or when ctx ends. A starting serve takes no request before:
+// the kernel holds the connections made meanwhile in the listening
+// socket's backlog, and they are served once the gateway knows the
+// cluster. Otherwise a restarted serve answers its first requests from a
+// catalog still loading: 404 for a service that exists, 503 for a
+// revision it has not learned of yet (69 and 283 of them in one run of
+// e2e scenario 7, none since).
+func awaitCatalog(ctx context.Context, wait time.Duration, log *slog.Logger, loaded ...<-chan struct{}) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for _, ch := range loaded {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			log.Warn("the gateway takes requests before the catalog has loaded: Nomad or Consul is slow to answer; services not loaded yet are answered 404 or 503", "waited", wait)
+			return
+		}
+	}
 }
 
 // untilReleased is ctx, except that it ends only once the leader lock is

@@ -181,9 +181,14 @@ type consulSource interface {
 }
 
 // feedRecords keeps the catalog's services (routes and domains) equal to the
-// records in Consul KV.
-func feedRecords(ctx context.Context, src consulSource, cat *catalog.Catalog, log *slog.Logger) error {
+// records in Consul KV. loaded, when not nil, is called once, after the
+// first answer is in the catalog.
+func feedRecords(ctx context.Context, src consulSource, cat *catalog.Catalog, loaded func(), log *slog.Logger) error {
 	return src.WatchRecords(ctx, func(recs []consulroute.Record) {
+		if loaded != nil {
+			defer loaded()
+			loaded = nil
+		}
 		seen := map[string]bool{}
 		for _, rec := range recs {
 			route, err := rec.Route()
@@ -210,7 +215,11 @@ func feedRecords(ctx context.Context, src consulSource, cat *catalog.Catalog, lo
 // of a lost node, whose orphaned task still passes in Consul, out of
 // traffic and out of the autoscaler's capacity. It recomputes on either
 // side's change and returns when ctx ends.
-func feedReady(ctx context.Context, src consulSource, cat *catalog.Catalog, log *slog.Logger) error {
+//
+// joined, when not nil, is called once, after the first join of a Consul
+// answer with the allocations of Nomad's first listing (listed closes once
+// that listing is in the catalog): from then on the ready sets are whole.
+func feedReady(ctx context.Context, src consulSource, cat *catalog.Catalog, listed <-chan struct{}, joined func(), log *slog.Logger) error {
 	// latest holds the newest answer only: the join needs no history.
 	latest := make(chan consulroute.Passing, 1)
 	watchDone := make(chan error, 1)
@@ -224,15 +233,24 @@ func feedReady(ctx context.Context, src consulSource, cat *catalog.Catalog, log 
 		})
 	}()
 	var passing consulroute.Passing
+	afterListing := false
 	for {
 		changed := cat.Changed()
 		if passing != nil {
 			joinReady(cat, passing)
+			if afterListing && joined != nil {
+				joined()
+				joined = nil
+			}
 		}
 		select {
 		case <-ctx.Done():
 			<-watchDone
 			return nil
+		case <-listed:
+			// The listing's changes may have been joined before it was
+			// whole: join once more.
+			listed, afterListing = nil, true
 		case err := <-watchDone:
 			if err != nil {
 				log.Warn("watch passing instances", "err", err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -154,7 +155,7 @@ func TestFeedRecordsAddsAndRemovesServices(t *testing.T) {
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = feedRecords(ctx, src, cat, quietLog) }()
+	go func() { _ = feedRecords(ctx, src, cat, nil, quietLog) }()
 	svc := spec.NewService("hello")
 	svc.Domains = []string{"hello.example.com"}
 	src.records <- []consulroute.Record{{Service: svc, Latest: "hello-00002", Revisions: []string{"hello-00002"}}}
@@ -182,7 +183,7 @@ func TestFeedReadyJoinsConsulsPassingWithNomadsAllocations(t *testing.T) {
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- feedReady(ctx, src, cat, quietLog) }()
+	go func() { done <- feedReady(ctx, src, cat, nil, nil, quietLog) }()
 	for _, r := range []string{"hello-00001", "hello-00002"} {
 		cat.SetRevision(catalog.Revision{Name: r, Service: "hello", Desired: 1})
 	}
@@ -308,5 +309,120 @@ func TestFeedNomadReturnsAPermanentStreamError(t *testing.T) {
 	defer cancel()
 	if err := feedNomad(ctx, src, catalog.New(), newRevisionTags(), nil, quietLog); !errors.Is(err, nomadjob.ErrPermission) {
 		t.Fatalf("feedNomad = %v, want the permission error", err)
+	}
+}
+
+// A starting serve opens its gateway once the catalog is whole; the
+// feeders say when their part is.
+func TestFeedRecordsSaysWhenLoaded(t *testing.T) {
+	src := &fakeConsulSource{records: make(chan []consulroute.Record)}
+	cat := catalog.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls atomic.Int32
+	servicesAtLoad := make(chan int, 2)
+	go func() {
+		_ = feedRecords(ctx, src, cat, func() {
+			calls.Add(1)
+			servicesAtLoad <- len(cat.Services())
+		}, quietLog)
+	}()
+	src.records <- []consulroute.Record{{Service: spec.NewService("hello"), Latest: "hello-00001", Revisions: []string{"hello-00001"}}}
+	if n := <-servicesAtLoad; n != 1 {
+		t.Errorf("loaded with %d services in the catalog, want the first answer's 1", n)
+	}
+	src.records <- nil
+	waitFor(t, "the second answer", func() bool { return len(cat.Services()) == 0 })
+	if n := calls.Load(); n != 1 {
+		t.Errorf("loaded called %d times, want once", n)
+	}
+}
+
+func TestFeedReadyJoinedOnlyAfterNomadsListing(t *testing.T) {
+	const a1 = "7aeda235-1b1e-8b5c-0b3a-6d0c4d4e3f11"
+	sid := "_nomad-task-" + a1 + "-group-app-hello-00001-http"
+	src := &fakeConsulSource{passing: make(chan consulroute.Passing)}
+	cat := catalog.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	listed := make(chan struct{})
+	var calls atomic.Int32
+	readyAtJoin := make(chan int, 2)
+	go func() {
+		_ = feedReady(ctx, src, cat, listed, func() {
+			calls.Add(1)
+			readyAtJoin <- len(cat.Ready("hello-00001"))
+		}, quietLog)
+	}()
+	// Consul answers before Nomad's listing is in: not whole yet.
+	src.passing <- consulroute.Passing{"hello-00001": {sid}}
+	cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello", Desired: 1})
+	cat.SetAllocation(catalog.Allocation{ID: a1, Revision: "hello-00001", Address: "127.0.0.2", Port: 2000, Running: true})
+	waitFor(t, "the instance joined", func() bool { return len(cat.Ready("hello-00001")) == 1 })
+	select {
+	case n := <-readyAtJoin:
+		t.Fatalf("joined called before the listing was whole (%d ready)", n)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The listing is whole, with no further change to the catalog: the
+	// feeder joins once more and says so.
+	close(listed)
+	select {
+	case n := <-readyAtJoin:
+		if n != 1 {
+			t.Errorf("joined with %d ready, want 1", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("joined not called after the listing")
+	}
+	src.passing <- consulroute.Passing{}
+	waitFor(t, "the next answer", func() bool { return len(cat.Ready("hello-00001")) == 0 })
+	if n := calls.Load(); n != 1 {
+		t.Errorf("joined called %d times, want once", n)
+	}
+}
+
+func TestAwaitCatalog(t *testing.T) {
+	returned := func(f func()) <-chan struct{} {
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		return done
+	}
+	a, b := make(chan struct{}), make(chan struct{})
+	done := returned(func() { awaitCatalog(context.Background(), time.Minute, quietLog, a, b) })
+	close(b)
+	select {
+	case <-done:
+		t.Fatal("returned with one of two parts loaded")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(a)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not returned once both parts loaded")
+	}
+
+	// Past its bound it returns, and says why the gateway opens anyway.
+	var logged syncBuffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	done = returned(func() { awaitCatalog(context.Background(), 20*time.Millisecond, log, make(chan struct{})) })
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not returned past its bound")
+	}
+	if !strings.Contains(logged.String(), "before the catalog has loaded") {
+		t.Errorf("log %q", logged.String())
+	}
+
+	// A serve stopping meanwhile does not wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	done = returned(func() { awaitCatalog(ctx, time.Minute, quietLog, make(chan struct{})) })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not returned when its context ended")
 	}
 }
