@@ -14,11 +14,11 @@ build:
 
 # Unit and component tests (real processes and HTTP on 127.0.0.1); e2e is separate.
 # The proxies' socket reads and writes are raw system calls except under the
-# race detector (internal/rawio), so their packages also run without it.
+# race detector (datapath/rawio), so their packages also run without it.
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(PKGS)
-	$(GO) test -count=1 ./internal/rawio/ ./internal/keepalive/ ./activator/ ./sidecar/
+	$(GO) test -count=1 ./datapath/rawio/ ./datapath/keepalive/ ./activator/ ./sidecar/
 	@$(MAKE) --no-print-directory rules
 
 # The Prometheus rules (promtool's check and their unit tests in
@@ -60,7 +60,7 @@ e2e: build
 e2e-scale: build
 	$(GO) test -count=1 -v -timeout 30m ./e2e/ -run TestE2E21 -args -require -revisions 1000
 
-# The e2e scenarios against internal/fakecluster (a stand-in for Nomad and
+# The e2e scenarios against test/fakecluster (a stand-in for Nomad and
 # Consul that runs the allocations as real processes), for machines without
 # the agents: it checks the suite and the wiring, and says loudly that it is
 # not an end-to-end pass.
@@ -75,10 +75,10 @@ bench: bench-sidecar bench-gateway
 # to leave HAProxy and nginx out.
 BENCHFLAGS ?=
 bench-sidecar: build
-	$(GO) run ./internal/loadbench -mode sidecar -bin $(BIN) $(BENCHFLAGS)
+	$(GO) run ./bench/loadbench -mode sidecar -bin $(BIN) $(BENCHFLAGS)
 
 bench-gateway: build
-	$(GO) run ./internal/loadbench -mode gateway -bin $(BIN) $(BENCHFLAGS)
+	$(GO) run ./bench/loadbench -mode gateway -bin $(BIN) $(BENCHFLAGS)
 
 # The HCL parser's fuzz target (make fuzz FUZZTIME=10m for longer).
 # -fuzzminimizetime 1000x: Go minimizes every new interesting input, by
@@ -94,9 +94,9 @@ fuzz:
 # on the same bytes, and the smuggling screens (one target at a time, as go
 # test fuzzes one per package).
 fuzz-http:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./internal/keepalive/
-	$(GO) test -run '^$$' -fuzz '^FuzzScreenStream$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./internal/keepalive/
-	$(GO) test -run '^$$' -fuzz '^FuzzScreenHead$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./internal/h1/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./datapath/keepalive/
+	$(GO) test -run '^$$' -fuzz '^FuzzScreenStream$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./datapath/keepalive/
+	$(GO) test -run '^$$' -fuzz '^FuzzScreenHead$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./datapath/h1/
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

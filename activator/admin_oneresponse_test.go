@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/rawhttp"
+	"github.com/nomad-serverless/nomad-serverless/test/rawhttp"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
-	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
+	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 )
 
 // passGuard lets every write through: this test is about framing, not

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
+	"github.com/nomad-serverless/nomad-serverless/testapp"
 )
 
 // loadResult counts what a load run got.

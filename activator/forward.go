@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/h1"
-	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
-	"github.com/nomad-serverless/nomad-serverless/internal/rawio"
+	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
+	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
+	"github.com/nomad-serverless/nomad-serverless/datapath/rawio"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 

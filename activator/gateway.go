@@ -27,7 +27,7 @@
 // Plain HTTP/1.1 requests (no body, no upgrade: most traffic) cross the
 // gateway on its own paths at both ends: keep-alive client connections are
 // taken from net/http into a loop of the gateway's (keepalive.go, package
-// internal/keepalive) and requests go to sidecars over the gateway's own
+// datapath/keepalive) and requests go to sidecars over the gateway's own
 // connection pool (forward.go); everything else goes through net/http and
 // httputil.ReverseProxy.
 package activator
@@ -54,7 +54,7 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
-	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
+	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 )
 
 // Autoscaler is what the activator needs from the autoscaler: somewhere to

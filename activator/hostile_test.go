@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/rawhttp"
+	"github.com/nomad-serverless/nomad-serverless/test/rawhttp"
 )
 
 // Hostile input through the gateway to a real sidecar and test app: every

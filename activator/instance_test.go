@@ -10,9 +10,9 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
+	"github.com/nomad-serverless/nomad-serverless/testapp"
 )
 
 // procInstance is one instance as Nomad runs it: `nomad-serverless

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
+	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 )
 
 // takeOver moves the keep-alive connections of a server from

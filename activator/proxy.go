@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/h1"
+	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/benchhttp"
+	"github.com/nomad-serverless/nomad-serverless/test/benchhttp"
 )
 
 // BenchmarkProxy measures one request through the gateway over real

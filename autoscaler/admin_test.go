@@ -16,7 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/adminauth"
+	"github.com/nomad-serverless/nomad-serverless/adminauth"
 )
 
 // testKeys is a keyring of one fresh key, as every replica of one cluster

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/adminauth"
+	"github.com/nomad-serverless/nomad-serverless/adminauth"
 )
 
 // ControlPlaneKVPrefix holds what only the control plane may read. The
@@ -17,7 +17,7 @@ import (
 const ControlPlaneKVPrefix = "nomad-serverless/control-plane/"
 
 // AdminKeysKey is the admin API's keyring: the HMAC keys replicas sign
-// their writes to each other's admin API with (internal/adminauth).
+// their writes to each other's admin API with (adminauth).
 const AdminKeysKey = ControlPlaneKVPrefix + "admin-keys"
 
 // adminKeysVersion is the record's format; a replica refuses one it does not

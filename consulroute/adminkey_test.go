@@ -13,9 +13,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/nomad-serverless/nomad-serverless/adminauth"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/adminauth"
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
 
 func adminKeyClient(t *testing.T, c *fakecluster.Cluster, replica string) *consulroute.Client {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
 
 // A stand-in carries the revision's own tags besides ours, once each, and

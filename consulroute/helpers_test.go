@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
 )
 
 const consulDir = "consul-1.16/"

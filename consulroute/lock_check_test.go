@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
 
 // The leader lock bound to the replica's activator check, on the fake

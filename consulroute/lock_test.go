@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
+	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
 )
 
 const leaderKey = "nomad-serverless/leader/autoscaler"

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
 )
 
 const helloKey = "/v1/kv/nomad-serverless/services/default/hello"

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
 )
 
 // blockingReplay serves exchanges, and holds (as Consul does until the wait

@@ -9,7 +9,7 @@
 // Where the agents come from (see Decide):
 //   - NOMAD_ADDR and CONSUL_HTTP_ADDR set: those running agents;
 //   - else `nomad` and `consul` on PATH: the suite starts a Consul dev agent
-//     and a Nomad dev agent with internal/devagents, as `nomad-serverless
+//     and a Nomad dev agent with dev/devagents, as `nomad-serverless
 //     dev` does (loopback only, free ports, data in a temporary directory,
 //     raw_exec enabled, Nomad registering in that Consul), and stops both at
 //     the end;

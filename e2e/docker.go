@@ -29,7 +29,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
 
 // DefaultDockerHost is where dockerd listens unless DOCKER_HOST says

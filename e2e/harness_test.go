@@ -20,9 +20,9 @@ import (
 	nomad "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
+	"github.com/nomad-serverless/nomad-serverless/testapp"
 )
 
 // harness is one scenario's view of the cluster: API clients for asserting

@@ -333,7 +333,7 @@ func TestUnitServiceFileParses(t *testing.T) {
 // TestUnitChainSummary reads Consul 1.16's recorded discovery chain of a
 // service split 30/70 over two revisions with tag "old" on the first.
 func TestUnitChainSummary(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "fixtures", "consul-1.16", "037-discovery-chain.json"))
+	b, err := os.ReadFile(filepath.Join("..", "test", "fixtures", "testdata", "consul-1.16", "037-discovery-chain.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

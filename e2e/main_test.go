@@ -13,14 +13,14 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	nomad "github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
 
 var (
 	requireAgents = flag.Bool("require", false, "fail instead of skipping when no Nomad and Consul are available (make e2e passes it)")
 	keepData      = flag.Bool("keep", false, "keep the agents' data and logs even when every test passes")
-	rehearse      = flag.Bool("rehearse", false, "run the scenarios against internal/fakecluster instead of real agents (make e2e-rehearsal); not an end-to-end pass")
+	rehearse      = flag.Bool("rehearse", false, "run the scenarios against test/fakecluster instead of real agents (make e2e-rehearsal); not an end-to-end pass")
 )
 
 // suite is what TestMain set up for the scenarios (nil when they do not run).
@@ -48,7 +48,7 @@ type Suite struct {
 // the agents the child started (SIGINT, then SIGKILL after a grace) and
 // kills every process still below it: Nomad's executors and tasks, serve,
 // CLI runs. On the normal path TestMain stops the agents itself, as below,
-// and the guard finds nothing. See internal/devagents/guard.go.
+// and the guard finds nothing. See dev/devagents/guard.go.
 func TestMain(m *testing.M) {
 	os.Exit(devagents.Guarded(devagents.GuardOptions{Name: "e2e guard", Grace: guardStopGrace, Report: os.Stdout}, func(g *devagents.Guard) int {
 		flag.Parse()
@@ -138,7 +138,7 @@ func runSuite(m *testing.M, g *devagents.Guard) int {
 			fake.Close()
 			return 1
 		}
-		fmt.Printf("e2e: REHEARSAL against internal/fakecluster (NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s), not real Nomad and Consul: a pass here is not an end-to-end pass\n", s.NomadAddr, s.ConsulAddr)
+		fmt.Printf("e2e: REHEARSAL against test/fakecluster (NOMAD_ADDR=%s CONSUL_HTTP_ADDR=%s), not real Nomad and Consul: a pass here is not an end-to-end pass\n", s.NomadAddr, s.ConsulAddr)
 	}
 
 	suite = s
@@ -147,7 +147,7 @@ func runSuite(m *testing.M, g *devagents.Guard) int {
 
 	fmt.Println()
 	if fake != nil {
-		fmt.Println("e2e timings of a REHEARSAL on internal/fakecluster (not Nomad's scheduling or Consul's checks; for the suite, not for the targets):")
+		fmt.Println("e2e timings of a REHEARSAL on test/fakecluster (not Nomad's scheduling or Consul's checks; for the suite, not for the targets):")
 	} else {
 		fmt.Println("e2e timings (one machine's clocks; first byte target for scenario 2: <= 1.0s median of 5 wakes):")
 	}
@@ -155,7 +155,7 @@ func runSuite(m *testing.M, g *devagents.Guard) int {
 
 	if fake != nil {
 		fake.Close()
-		fmt.Println("e2e: that was a REHEARSAL against internal/fakecluster, not real Nomad and Consul")
+		fmt.Println("e2e: that was a REHEARSAL against test/fakecluster, not real Nomad and Consul")
 		if code != 0 || *keepData {
 			fmt.Println("e2e: allocation logs kept in", dir)
 		} else {

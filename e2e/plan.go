@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
 
 // Mode is where the suite gets its agents from.
@@ -20,7 +20,7 @@ const (
 	// Misconfigured: only one of NOMAD_ADDR and CONSUL_HTTP_ADDR is set.
 	Misconfigured
 	// Rehearse: -rehearse was given; the scenarios run against
-	// internal/fakecluster, a stand-in for Nomad and Consul that runs
+	// test/fakecluster, a stand-in for Nomad and Consul that runs
 	// raw_exec allocations as real processes. It checks the suite and the
 	// wiring where no agents can be installed; it is not an end-to-end pass.
 	Rehearse

@@ -15,7 +15,7 @@ import (
 	nomad "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
 
 func newUUID(t *testing.T) string {

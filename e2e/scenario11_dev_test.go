@@ -12,9 +12,9 @@ import (
 
 	nomad "github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // Scenario 11: what `make demo` runs when nomad and consul are on PATH:

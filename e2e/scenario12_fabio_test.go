@@ -16,7 +16,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 
 	svchcl "github.com/nomad-serverless/nomad-serverless/hcl"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // fabio is one Fabio process in front of the cluster's Consul.

@@ -14,8 +14,8 @@ import (
 	consul "github.com/hashicorp/consul/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // Scenario 14: the autoscaler's leadership moves within seconds, and a wake

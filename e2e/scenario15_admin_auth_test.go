@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/adminauth"
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/adminauth"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // Scenario 15: the admin API obeys only the control plane. With a revision

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // promConfig is the Prometheus configuration of scenario 16: what the
@@ -420,7 +420,7 @@ func TestE2E16Prometheus(t *testing.T) {
 	}
 	h := newHarness(t, "16 prometheus")
 	if h.s.Plan.Mode == Rehearse {
-		t.Skip("e2e 16: SKIPPED in a rehearsal: Prometheus scrapes the real agents' registrations, which internal/fakecluster does not simulate")
+		t.Skip("e2e 16: SKIPPED in a rehearsal: Prometheus scrapes the real agents' registrations, which test/fakecluster does not simulate")
 	}
 	rules, err := filepath.Abs("../deploy/prometheus-rules.yml")
 	if err != nil {

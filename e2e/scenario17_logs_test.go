@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // logsServiceHCL is scenario 17's service: the test app behind a shell that
@@ -76,7 +76,7 @@ func linesByAlloc(out string) (map[string]int, []string) {
 func TestE2E17Logs(t *testing.T) {
 	h := newHarness(t, "17 logs")
 	if h.s.Plan.Mode == Rehearse {
-		t.Skip("e2e 17: SKIPPED in a rehearsal: Nomad's allocation logs API is real agents' only (internal/fakecluster does not simulate it)")
+		t.Skip("e2e 17: SKIPPED in a rehearsal: Nomad's allocation logs API is real agents' only (test/fakecluster does not simulate it)")
 	}
 	const svc = "e2e-logs"
 	rev := revision(svc, 1)

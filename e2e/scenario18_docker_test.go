@@ -16,9 +16,9 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	nomad "github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // distrolessUsers are the users of gcr.io/distroless images by name, as

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // registrations lists every catalog instance of a revision (stand-ins

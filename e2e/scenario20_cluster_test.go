@@ -18,10 +18,10 @@ import (
 	nomad "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
-	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
+	"github.com/nomad-serverless/nomad-serverless/testapp"
 )
 
 // clusterNodes and clusterReplicas are the cluster scenario's size.
@@ -37,7 +37,7 @@ func clusterFirstAddr() [4]byte { return [4]byte{127, 0, 20, 2} }
 
 // Scenario 20: a real cluster, started by the scenario itself: a Nomad
 // server and 3 client nodes, each with its own loopback address and Consul
-// agent (internal/devagents.StartCluster, as `dev -nodes 3`), and 3 serve
+// agent (dev/devagents.StartCluster, as `dev -nodes 3`), and 3 serve
 // replicas. One revision runs 3 to 6 instances on the nodes' own addresses
 // (host_network). In turn:
 //   - the instances spread over the nodes, each on its node's address and

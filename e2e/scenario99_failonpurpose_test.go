@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
 
 var failOnPurpose = flag.String("fail-on-purpose", "", "make scenario 99 end the run with the agents, serve and an instance running: fail, panic, hang (until -timeout) or kill (SIGKILL of this binary); the guard must leave no process behind")

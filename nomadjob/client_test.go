@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
 )
 
 var fixedNow = time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
 )
 
 func mustCompile(t *testing.T, svc spec.Service, gen int, opts Options) (spec.Revision, *api.Job) {

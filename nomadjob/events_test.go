@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
+	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
 )
 
 // streamExchange answers an event stream request from index with text

@@ -6,15 +6,18 @@ import (
 	"testing"
 
 	"github.com/nomad-serverless/nomad-serverless/hcl"
-	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // TestExamplesGolden compiles every service of every examples/*.hcl file
 // (as generation 1, with the golden options) and compares it with
 // testdata/golden/examples/<file>-<service>.{json,hcl}.
 func TestExamplesGolden(t *testing.T) {
-	root := filepath.Dir(filepath.Dir(fixtures.Dir(t))) // the repository
+	root, err := testbin.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	files, err := filepath.Glob(filepath.Join(root, "examples", "*.hcl"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 func fakeClient(t *testing.T) (*fakecluster.Cluster, *nomadjob.Client) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
-	"github.com/nomad-serverless/nomad-serverless/internal/fixtures"
+	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
 )
 
 // jobRead is the recorded read of hello-00001 (JobModifyIndex 10), its

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/rawio"
+	"github.com/nomad-serverless/nomad-serverless/datapath/rawio"
 )
 
 // appConn is one keep-alive HTTP/1.1 connection to the app; it lives in

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/benchhttp"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/benchhttp"
 )
 
 // rawApp is a minimal HTTP/1.1 app for benchmarks and tests

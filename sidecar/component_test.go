@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/sidecar"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
+	"github.com/nomad-serverless/nomad-serverless/testapp"
 )
 
 // Component tests: the test app runs as a real process (the

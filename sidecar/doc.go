@@ -9,7 +9,7 @@
 //     forwarder (forward.go), HTTP/2 clients as h2c to the app, websockets
 //     and other upgrades through httputil.ReverseProxy. Plain HTTP/1.1
 //     requests (no body, no upgrade) are read and answered by a keep-alive
-//     loop of its own (frontdoor.go, package internal/keepalive) that costs
+//     loop of its own (frontdoor.go, package datapath/keepalive) that costs
 //     a fraction of net/http's per-request work; a connection goes to
 //     net/http at its first request of any other kind. Bodies stream both
 //     ways; responses are flushed as bytes arrive; X-Forwarded-For gets the

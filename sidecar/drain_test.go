@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // sidecarEnv is the environment of a sidecar process in front of appPort.

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/h1"
+	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 )
 
 // clientCheckInterval is how often a long request checks whether its

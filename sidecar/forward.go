@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/h1"
+	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 	"golang.org/x/net/http/httpguts"
 )
 

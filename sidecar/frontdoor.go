@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
+	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 )
 
 // frontDoor serves the serving port. Plain HTTP/1.1 requests (no body, no

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/broadcast"
+	"github.com/nomad-serverless/nomad-serverless/datapath/broadcast"
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )

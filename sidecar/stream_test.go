@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
 	"github.com/nomad-serverless/nomad-serverless/sidecar"
+	"github.com/nomad-serverless/nomad-serverless/testapp"
 )
 
 // The first chunk of a streamed response reaches the client while the app

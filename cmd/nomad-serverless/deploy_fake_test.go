@@ -15,8 +15,8 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
 
 // runInProcess runs a CLI command in this process against a fake cluster.

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
 
 const devUsage = `Usage: nomad-serverless dev [options]

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
 
 // devStartCluster starts the dev cluster of -nodes in dir: the servers on

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
 
 func TestDevNodesFlag(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/dev/localcluster"
 	svchcl "github.com/nomad-serverless/nomad-serverless/hcl"
-	"github.com/nomad-serverless/nomad-serverless/internal/localcluster"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 

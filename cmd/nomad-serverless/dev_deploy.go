@@ -14,8 +14,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 	svchcl "github.com/nomad-serverless/nomad-serverless/hcl"
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )

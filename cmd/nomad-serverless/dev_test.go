@@ -16,31 +16,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 	svchcl "github.com/nomad-serverless/nomad-serverless/hcl"
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents"
-	"github.com/nomad-serverless/nomad-serverless/internal/devagents/devagentstest"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/test/fakeagents"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // The dev tests run dev against fake `consul`, `nomad` and `serve`
-// executables (internal/devagents/devagentstest): this test binary run
-// again as TestDevFakeProcess. internal/devagents has the tests of the
+// executables (test/fakeagents): this test binary run
+// again as TestDevFakeProcess. dev/devagents has the tests of the
 // agents' start, waits and stop; these test what dev adds: the banner,
 // serve, the -deploy sequence, the -or-demo decision, the order things stop.
 
 // TestDevFakeProcess is not a test: it is the body of the fake executables,
 // and returns at once when the test binary runs normally.
-func TestDevFakeProcess(t *testing.T) { devagentstest.RunIfFake() }
+func TestDevFakeProcess(t *testing.T) { fakeagents.RunIfFake() }
 
-func newDevFakes(t *testing.T, roles []string, env map[string]string) devagentstest.Fakes {
-	return devagentstest.New(t, "TestDevFakeProcess", roles, env)
+func newDevFakes(t *testing.T, roles []string, env map[string]string) fakeagents.Fakes {
+	return fakeagents.New(t, "TestDevFakeProcess", roles, env)
 }
 
 var allDevRoles = []string{"consul", "nomad", "serve"}
 
 // devTestConfig is a dev session against the fakes, with short bounds.
-func devTestConfig(t *testing.T, f devagentstest.Fakes) devConfig {
+func devTestConfig(t *testing.T, f fakeagents.Fakes) devConfig {
 	t.Helper()
 	p, err := devagents.Ports{}.FillFree()
 	if err != nil {
@@ -176,7 +176,7 @@ func TestDevStartsWaitsAndStopsInOrder(t *testing.T) {
 			t.Errorf("stopped with something else than SIGINT: %s", l)
 		}
 	}
-	devagentstest.AssertGone(t, pids)
+	fakeagents.AssertGone(t, pids)
 	if !strings.Contains(s.stderr.String(), "serve | fake serve listening on "+c.AdminListen) {
 		t.Errorf("serve's output is not shown with its prefix:\n%s", s.stderr.String())
 	}
@@ -322,7 +322,7 @@ type devDeployCall struct {
 // devDeployTest sets up a -deploy session of examples/raw-exec.hcl against
 // the fakes, with a deploy that prints what the real one prints and exits
 // with code.
-func devDeployTest(t *testing.T, code int, nomad *devScriptedNomad) (devConfig, devagentstest.Fakes, chan devDeployCall) {
+func devDeployTest(t *testing.T, code int, nomad *devScriptedNomad) (devConfig, fakeagents.Fakes, chan devDeployCall) {
 	// dev points its own process at the agents it started; the test
 	// process gets its environment back afterwards.
 	for _, kv := range os.Environ() {
@@ -419,7 +419,7 @@ func TestDevDeploySequence(t *testing.T) {
 	if got := f.Stops(t); !slices.Equal(got, []string{"serve", "nomad", "consul"}) {
 		t.Errorf("stop order = %v", got)
 	}
-	devagentstest.AssertGone(t, pids)
+	fakeagents.AssertGone(t, pids)
 }
 
 func TestDevDeployFailures(t *testing.T) {
@@ -499,7 +499,7 @@ func TestDevAgentFailingAtStartStopsTheRest(t *testing.T) {
 	if f.Has(t, "start serve") {
 		t.Errorf("serve started although Nomad failed")
 	}
-	devagentstest.AssertGone(t, f.PIDs(t))
+	fakeagents.AssertGone(t, f.PIDs(t))
 }
 
 func TestDevKillsWhatIgnoresSIGINT(t *testing.T) {
@@ -519,7 +519,7 @@ func TestDevKillsWhatIgnoresSIGINT(t *testing.T) {
 	if got := f.Stops(t); !slices.Equal(got, []string{"serve", "nomad", "consul"}) {
 		t.Errorf("stops = %v", got)
 	}
-	devagentstest.AssertGone(t, pids)
+	fakeagents.AssertGone(t, pids)
 }
 
 func TestDevStartup(t *testing.T) {
@@ -542,7 +542,7 @@ func TestDevStartup(t *testing.T) {
 		if !strings.Contains(s.stderr.String(), "Interrupted during start-up") {
 			t.Errorf("stderr:\n%s", s.stderr.String())
 		}
-		devagentstest.AssertGone(t, f.PIDs(t))
+		fakeagents.AssertGone(t, f.PIDs(t))
 		if _, err := os.Stat(dir); dir == "" || !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("temporary data directory %q not removed: %v", dir, err)
 		}

@@ -17,13 +17,13 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
-	"github.com/nomad-serverless/nomad-serverless/internal/testbin"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // integ runs the real binary (CLI commands and `serve`) against a fake
-// Nomad and Consul (internal/fakecluster).
+// Nomad and Consul (test/fakecluster).
 type integ struct {
 	t       *testing.T // the running scenario, for failures
 	root    *testing.T // the whole test, for what outlives a scenario

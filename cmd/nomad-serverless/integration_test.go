@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
 
 // TestIntegrationFakeCluster runs the real binary — deploy, traffic,
 // status, revisions, list, delete and two `serve` replicas — against the
-// fake Nomad and Consul of internal/fakecluster, whose allocations are real
+// fake Nomad and Consul of test/fakecluster, whose allocations are real
 // test-app and sidecar processes. The scenarios build on each other and run
 // in order; the first failure stops the rest. No assertion is on speed:
 // every wait is bounded and generous, and a failure prints what serve and

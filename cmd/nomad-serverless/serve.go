@@ -19,7 +19,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/keepalive"
+	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 

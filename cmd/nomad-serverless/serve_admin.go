@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
+	"github.com/nomad-serverless/nomad-serverless/adminauth"
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
-	"github.com/nomad-serverless/nomad-serverless/internal/adminauth"
 )
 
 // adminKeys is what a replica needs to talk to other replicas' admin API and

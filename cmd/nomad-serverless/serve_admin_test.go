@@ -14,12 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
+	"github.com/nomad-serverless/nomad-serverless/adminauth"
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/adminauth"
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
 
 // adminReplica is the part of one serve replica that the admin API involves:

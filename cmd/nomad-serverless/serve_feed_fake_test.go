@@ -10,9 +10,9 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
 
 // sleepingRevision is a revision job whose tasks only sleep: a real job

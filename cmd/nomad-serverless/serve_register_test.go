@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/internal/fakecluster"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
 
 // A replica whose activator registration the agent dropped (reaped, or an

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/nomad-serverless/nomad-serverless/internal/testapp"
+	"github.com/nomad-serverless/nomad-serverless/testapp"
 )
 
 // runTestapp runs the small HTTP app that tests and benchmarks put behind the

@@ -1,0 +1,56 @@
+// Package house holds the project's layout as data: every package's floor
+// in the house (packages as rooms, imports as arrows), and the rule that
+// every arrow runs down. Its test reads the imports of every package's
+// non-test files and fails on an arrow that runs sideways or up, on a
+// package that ships importing test machinery, and on a package that has
+// no floor yet (a new package is placed here on purpose, not by accident).
+//
+// Test files may import anything below the roof: a component test of the
+// activator runs real sidecars through dev/localcluster, say. What ships is
+// what the binary links, and that is what the floors constrain.
+package house
+
+// Floors is every package of the module, by path below the module, with
+// its floor. A package may import only packages on lower floors. The
+// numbers leave room: a new floor goes between two without renumbering.
+var Floors = map[string]int{
+	// The model and libraries that know nothing of Nomad or Consul.
+	"spec":                 0,
+	"adminauth":            0,
+	"testapp":              0,
+	"datapath/rawio":       0,
+	"datapath/h1":          0,
+	"datapath/broadcast":   0,
+	"datapath/keepalive":   5, // over rawio and h1
+	"hcl":                  10,
+	"nomadjob":             10,
+	"consulroute":          10,
+	"catalog":              20,
+	"sidecar":              30,
+	"autoscaler":           30,
+	"activator":            40,
+	"dev/devagents":        50,
+	"dev/localcluster":     50,
+	"cmd/nomad-serverless": 70,
+
+	// Test machinery: above everything that ships, so it may use it; a
+	// package that ships never imports one (Roof).
+	"test/testbin":     80,
+	"test/rawhttp":     80,
+	"test/benchhttp":   80,
+	"test/fakeagents":  80,
+	"test/fixtures":    81, // over testbin
+	"test/fakecluster": 82,
+	"test/house":       80,
+	"bench/loadbench":  90,
+	"e2e":              90,
+}
+
+// Roof is the first floor that does not ship: nothing below it may import
+// anything at or above it.
+const Roof = 80
+
+// DatapathOnly are the packages that may import nothing of the module but
+// each other and spec: the request fast path, kept small enough to read
+// whole.
+var DatapathOnly = []string{"datapath/rawio", "datapath/h1", "datapath/broadcast", "datapath/keepalive"}
