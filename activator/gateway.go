@@ -95,9 +95,10 @@ type Config struct {
 	Replica    string
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: a private registry
-	// Transport carries requests with a body, protocol upgrades and probes
-	// to sidecars (body-less HTTP/1 requests, the common case, go through
-	// the gateway's own connection pool: forward.go); nil is NewTransport.
+	// Transport carries requests with a body, protocol upgrades, HTTP/2
+	// requests and probes to sidecars (body-less HTTP/1 requests, the
+	// common case, go through the gateway's own connection pool:
+	// forward.go); nil is NewTransport.
 	Transport http.RoundTripper
 
 	// Policy is the load-balancing policy (default PolicyAuto).
@@ -266,11 +267,39 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	}
 }
 
-// NewTransport returns the default transport to sidecars: keep-alive
+// NewTransport returns the default transport to sidecars. A request that
+// came over HTTP/2 goes on over HTTP/2 (h2c: the sidecar serves both on
+// its port), so a client's streams stay streams to the instance and gRPC's
+// trailers, full-duplex bodies and cancellations pass; every other request
+// goes over HTTP/1.1.
+func NewTransport() http.RoundTripper {
+	h2c := newH1Transport()
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true) // and not HTTP1: prior knowledge, no upgrade
+	h2c.Protocols = &p
+	// Streams of many clients share one connection per sidecar; a
+	// connection that goes silent is found by a ping, not by the next
+	// request's timeout.
+	h2c.HTTP2 = &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 5 * time.Second}
+	return byProtocol{h1: newH1Transport(), h2c: h2c}
+}
+
+// byProtocol sends a request that came over HTTP/2 through h2c and every
+// other one through h1.
+type byProtocol struct{ h1, h2c *http.Transport }
+
+func (t byProtocol) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.ProtoMajor == 2 {
+		return t.h2c.RoundTrip(r)
+	}
+	return t.h1.RoundTrip(r)
+}
+
+// newH1Transport is the HTTP/1.1 transport to sidecars: keep-alive
 // connections in number (every request of a busy revision reuses one),
-// short dials (sidecars are near, and a refused dial is retried elsewhere),
-// no compression (bytes pass through untouched), HTTP/1.1.
-func NewTransport() *http.Transport {
+// short dials (sidecars are near, and a refused dial is retried
+// elsewhere), no compression (bytes pass through untouched).
+func newH1Transport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
 		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -478,9 +507,17 @@ func (g *Gateway) Server(addr string) *http.Server {
 	g.takeOversMu.Lock()
 	g.takeOvers = append(g.takeOvers, t)
 	g.takeOversMu.Unlock()
+	// HTTP/1.1, and HTTP/2 with prior knowledge (h2c: what gRPC clients
+	// without TLS speak). Every HTTP/2 stream is a request like any other:
+	// routed, split, counted and held at zero on its own.
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Addr:              addr,
 		Handler:           g,
+		Protocols:         &protos,
+		HTTP2:             http2Limits(),
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
 		IdleTimeout:       g.cfg.IdleTimeout,
 		MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
@@ -502,6 +539,22 @@ func (g *Gateway) Server(addr string) *http.Server {
 // are screened by the loop from then on. See keepalive.ScreenConn.
 func (g *Gateway) Listener(ln net.Listener) net.Listener {
 	return keepalive.ScreenListener{Listener: ln, MaxHead: g.cfg.MaxHeaderBytes + 4<<10}
+}
+
+// maxConcurrentStreams bounds the HTTP/2 streams one client connection may
+// have open (net/http's default, said here because it is a limit users
+// meet): a stream beyond it is refused (REFUSED_STREAM) and the client
+// retries it, so one connection cannot hold more of the gateway's handlers
+// than this.
+const maxConcurrentStreams = 250
+
+// http2Limits are the HTTP/2 settings of the public server. The rest are
+// net/http's defaults, which already bound what a hostile peer can cost:
+// header lists by MaxHeaderBytes, control frames queued for one
+// connection, and rapid resets (a reset stream's handler still counts
+// against the stream limit until it returns).
+func http2Limits() *http.HTTP2Config {
+	return &http.HTTP2Config{MaxConcurrentStreams: maxConcurrentStreams}
 }
 
 // stopTakeOvers closes the taken-over connections (idle ones at once, busy

@@ -99,7 +99,7 @@ func newFakeSidecar(t *testing.T, ready bool, handler http.HandlerFunc) *fakeSid
 	t.Helper()
 	s := &fakeSidecar{handler: handler, waits: make(chan string, 16)}
 	s.ready.Store(ready)
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(spec.ProbeHeader) == spec.ProbeHeaderValue {
 			s.probes.Add(1)
 			if wait := r.Header.Get(spec.ProbeWaitHeader); wait != "" && s.hold.Load() {
@@ -133,8 +133,15 @@ func newFakeSidecar(t *testing.T, ready bool, handler http.HandlerFunc) *fakeSid
 			return
 		}
 		w.Header().Set("X-Got-Revision", r.Header.Get(spec.RevisionHeader))
+		w.Header().Set("X-Got-Proto", r.Proto)
 		io.WriteString(w, "ok from "+r.Host)
 	}))
+	// HTTP/1.1 and h2c on one port, as the real sidecar serves.
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	s.srv.Config.Protocols = &protos
+	s.srv.Start()
 	t.Cleanup(s.srv.Close)
 	s.port = s.srv.Listener.Addr().(*net.TCPAddr).Port
 	return s
