@@ -124,6 +124,8 @@ func TestValidationRules(t *testing.T) {
 		{name: "cpu", src: "service \"hello\" {\n  task {\n    driver = \"exec\"\n    config {\n      command = \"/bin/app\"\n    }\n    resources {\n      cpu = »0\n    }\n  }\n}\n", summary: "cpu is 0 MHz"},
 		{name: "memory", src: "service \"hello\" {\n  task {\n    driver = \"exec\"\n    config {\n      command = \"/bin/app\"\n    }\n    resources {\n      memory = »5\n    }\n  }\n}\n", summary: "memory is 5 MiB"},
 		{name: "task port", src: "service \"hello\" {\n  task {\n    driver = \"exec\"\n    config {\n      command = \"/bin/app\"\n    }\n    port = »70000\n  }\n}\n", summary: "port is 70000"},
+		{name: "task protocol", src: "service \"hello\" {\n  task {\n    driver = \"exec\"\n    config {\n      command = \"/bin/app\"\n    }\n    protocol = »\"h2\"\n  }\n}\n", summary: `protocol "h2" is not one the sidecar speaks`},
+		{name: "protocol in shorthand", src: docker(`  protocol = »"grpc"`), summary: `protocol "grpc" is not one the sidecar speaks`},
 		{name: "kill_timeout", src: "service \"hello\" {\n  task {\n    driver = \"exec\"\n    config {\n      command = \"/bin/app\"\n    }\n    kill_timeout = »\"500ms\"\n  }\n}\n", summary: "kill_timeout is 500ms"},
 		{name: "env name in map", src: "service \"hello\" {\n  task {\n    driver = \"exec\"\n    config {\n      command = \"/bin/app\"\n    }\n    env = { OK = \"1\", »\"1BAD\" = \"x\" }\n  }\n}\n", summary: `"1BAD" is not an environment variable name`},
 		{name: "env reserved in block", src: "service \"hello\" {\n  task {\n    driver = \"exec\"\n    config {\n      command = \"/bin/app\"\n    }\n    env {\n      »PORT = \"80\"\n    }\n  }\n}\n", summary: "PORT is set by nomad-serverless"},

@@ -29,9 +29,9 @@
 //
 //	  image = var.image            # shorthand for a docker task, which
 //	  port  = 8080                 # takes beside it what a docker task
-//	  env   = { GREETING = "hi" }  # sets first: port, env (map or block),
-//	  resources { cpu = 100 }      # resources and args (the container's
-//	  args  = ["--verbose"]        # arguments); or the long form:
+//	  env   = { GREETING = "hi" }  # sets first: port, protocol, env (map or
+//	  resources { cpu = 100 }      # block), resources and args (the
+//	  args  = ["--verbose"]        # container's arguments); or the long form:
 //	  task {
 //	    driver = "docker"
 //	    config {                   # the driver's own config, any shape
@@ -43,6 +43,11 @@
 //	      memory = 128             # MiB
 //	    }
 //	    port         = 8080        # where the app listens (PORT)
+//	    protocol     = "http1"     # what the app speaks there: "http1"
+//	                               # (HTTP/1.1, the default) or "h2c" (HTTP/2
+//	                               # without TLS: a plain gRPC server). The
+//	                               # sidecar speaks it to the app whatever the
+//	                               # client spoke, and probes over it
 //	    user         = "nobody"
 //	    kill_timeout = "30s"
 //	    artifact { ... }           # repeatable: source destination mode options

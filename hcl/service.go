@@ -18,19 +18,20 @@ var (
 		"concurrency", "timeout", "response_start_timeout", "idle_timeout",
 		"tags", "domains",
 		// With image: what a docker task's users set first.
-		"port", "args",
+		"port", "protocol", "args",
 	}
 	serviceBlocks = []string{"constraint", "task", "readiness", "liveness", "scaling", "traffic", "network", "connect", "resources"}
 	// imageShorthand are the task settings the image shorthand takes at the
 	// service level, with where each goes in the long form.
 	imageShorthand = []struct{ name, longForm string }{
 		{"port", "task { port = 8080 }"},
+		{"protocol", "task { protocol = \"h2c\" }"},
 		{"env", "task { env = { KEY = \"value\" } }"},
 		{"resources", "task { resources { cpu = 100 memory = 128 } }"},
 		{"args", "task { config { args = [\"--flag\"] } }"},
 	}
 
-	taskAttrs  = []string{"port", "user", "kill_timeout"}
+	taskAttrs  = []string{"port", "protocol", "user", "kill_timeout"}
 	taskBlocks = []string{"config", "resources", "artifact", "template"}
 
 	probeAttrs = []string{"initial_delay", "period", "timeout", "success_threshold", "failure_threshold", "port"}
@@ -198,6 +199,8 @@ func (d *decoder) decodeImageShorthand(c *hcl2.BodyContent, task *hcl2.Block, t 
 		switch s.name {
 		case "port":
 			d.setInt(&t.Port, c.Attributes["port"], "task.port")
+		case "protocol":
+			d.setProtocol(&t.Protocol, c.Attributes["protocol"])
 		case "env":
 			if v, ok := d.stringMap(c, "env", "task.env", "A service"); ok {
 				t.Env = v
@@ -215,6 +218,15 @@ func (d *decoder) decodeImageShorthand(c *hcl2.BodyContent, task *hcl2.Block, t 
 				t.Config["args"] = args
 			}
 		}
+	}
+}
+
+// setProtocol reads the app's protocol; "http1", the default, is stored
+// as no protocol, so writing it out changes no revision.
+func (d *decoder) setProtocol(dst *string, a *hcl2.Attribute) {
+	d.setStr(dst, a, "task.protocol")
+	if *dst == spec.ProtocolHTTP1 {
+		*dst = ""
 	}
 }
 
@@ -254,6 +266,7 @@ func (d *decoder) decodeTask(b *hcl2.Block, task *spec.Task) {
 		d.decodeResources(rb, &task.Resources)
 	}
 	d.setInt(&task.Port, a["port"], "task.port")
+	d.setProtocol(&task.Protocol, a["protocol"])
 	d.setStr(&task.User, a["user"], "task.user")
 	d.setDuration(&task.KillTimeout, a["kill_timeout"], "task.kill_timeout")
 	for i, ab := range c.Blocks.OfType("artifact") {

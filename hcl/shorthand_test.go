@@ -68,6 +68,16 @@ func TestImageShorthand(t *testing.T) {
 	if s.Template.Task.Port != 8080 || s.Template.Task.Driver != "docker" {
 		t.Errorf("task %+v", s.Template.Task)
 	}
+	// protocol goes beside port; "http1" is the default and no protocol.
+	s = mustParse(t, "service \"grpc\" {\n  image = \"acme/grpc\"\n  port = 50051\n  protocol = \"h2c\"\n}\n", Options{}).Services[0]
+	if s.Template.Task.Protocol != spec.ProtocolH2C {
+		t.Errorf("protocol %q, want h2c", s.Template.Task.Protocol)
+	}
+	plain := mustParse(t, "service \"web\" {\n  image = \"nginx\"\n  port = 8080\n}\n", Options{}).Services[0]
+	http1 := mustParse(t, "service \"web\" {\n  image = \"nginx\"\n  port = 8080\n  protocol = \"http1\"\n}\n", Options{}).Services[0]
+	if plain.Template.Hash() != http1.Template.Hash() {
+		t.Error("writing the default protocol made another revision")
+	}
 	// env may be a block too, and probe ports sit in tcp and grpc blocks.
 	s = mustParse(t, "service \"web\" {\n  image = \"nginx\"\n  port = 80\n  env {\n    A = \"1\"\n  }\n  liveness {\n    tcp {\n      port = 80\n    }\n  }\n}\n", Options{}).Services[0]
 	if s.Template.Task.Env["A"] != "1" || s.Template.Liveness.Port != 80 || s.Template.Liveness.Type != spec.ProbeTCP {

@@ -311,6 +311,7 @@ func userTask(rev spec.Revision) *api.Task {
 	}
 	env[spec.EnvPort] = appPort(t)
 	env[spec.EnvKService] = rev.Service
+	env[spec.EnvConfiguration] = rev.Service
 	env[spec.EnvRevision] = rev.Name()
 
 	task := &api.Task{

@@ -500,7 +500,7 @@ func TestSidecarEnvParses(t *testing.T) {
 			t.Errorf("%s: sidecar config\n%+v\nwant\n%+v", c.name, cfg, want)
 		}
 		user := taskByName(t, job.TaskGroups[0], spec.UserTaskName)
-		if user.Env[spec.EnvKService] != rev.Service || user.Env[spec.EnvRevision] != rev.Name() {
+		if user.Env[spec.EnvKService] != rev.Service || user.Env[spec.EnvRevision] != rev.Name() || user.Env[spec.EnvConfiguration] != rev.Service {
 			t.Errorf("%s: user env %v", c.name, user.Env)
 		}
 		for k, v := range rev.Template.Task.Env {
@@ -668,5 +668,22 @@ func TestSidecarProcs(t *testing.T) {
 		if got := taskByName(t, job.TaskGroups[0], spec.SidecarTaskName).Env["GOMAXPROCS"]; got != c.want {
 			t.Errorf("sidecar GOMAXPROCS with cpu = %d: %q, want %s", c.mhz, got, c.want)
 		}
+	}
+}
+
+// An app that declares h2c has its sidecar told so; one that does not
+// leaves the variable out (HTTP/1.1).
+func TestContractAppProtocol(t *testing.T) {
+	svc := dockerWebApp()
+	svc.Template.Task.Protocol = spec.ProtocolH2C
+	_, job := mustCompile(t, svc, 1, testOptions())
+	proxy := taskByName(t, job.TaskGroups[0], spec.SidecarTaskName)
+	if got := proxy.Env[spec.EnvSidecarAppProtocol]; got != spec.ProtocolH2C {
+		t.Errorf("%s = %q, want h2c", spec.EnvSidecarAppProtocol, got)
+	}
+	_, job = mustCompile(t, dockerWebApp(), 1, testOptions())
+	proxy = taskByName(t, job.TaskGroups[0], spec.SidecarTaskName)
+	if got, set := proxy.Env[spec.EnvSidecarAppProtocol]; set {
+		t.Errorf("an HTTP/1.1 app's sidecar has %s = %q", spec.EnvSidecarAppProtocol, got)
 	}
 }

@@ -5,9 +5,12 @@
 // # What it does
 //
 //   - Serves the "http" port (HTTP/1.1 and h2c) and proxies to the app on
-//     127.0.0.1:<app port>: HTTP/1.1 requests through a synchronous pooled
-//     forwarder (forward.go), HTTP/2 clients as h2c to the app, websockets
-//     and other upgrades through httputil.ReverseProxy. Plain HTTP/1.1
+//     127.0.0.1:<app port> in the protocol the app declared
+//     (SERVERLESS_APP_PROTOCOL), whatever the client spoke: HTTP/1.1
+//     requests to an HTTP/1.1 app through a synchronous pooled forwarder
+//     (forward.go), HTTP/2 clients of such an app, websockets and other
+//     upgrades through httputil.ReverseProxy over HTTP/1.1, and every
+//     request to an h2c app (a gRPC server) over h2c. Plain HTTP/1.1
 //     requests (no body, no upgrade) are read and answered by a keep-alive
 //     loop of its own (frontdoor.go, package datapath/keepalive) that costs
 //     a fraction of net/http's per-request work; a connection goes to
@@ -82,6 +85,8 @@
 //	SERVERLESS_APP_HOST               where the app listens (default 127.0.0.1; the node's
 //	                                  address for a container with a published port)
 //	SERVERLESS_APP_PORT               the app's port on that host, required
+//	SERVERLESS_APP_PROTOCOL           what the app speaks: h2c, or empty/http1 for
+//	                                  HTTP/1.1 (http readiness probes follow it)
 //	SERVERLESS_ADMIN_PORT             stats, metrics, liveness port, required
 //	SERVERLESS_SERVICE                service name (stats, metric label), required
 //	SERVERLESS_REVISION               revision name (stats, metric label), required
@@ -102,9 +107,8 @@
 //	SERVERLESS_ACCESS_LOG             "true" to log every request; default off
 //
 // Command line flags of `nomad-serverless sidecar` add what the job does
-// not carry: -access-log (same as SERVERLESS_ACCESS_LOG=true),
-// -app-protocol auto|h2c (h2c: speak HTTP/2 to the app even for HTTP/1.1
-// clients; auto speaks h2c only when the client did) and -log-level.
+// not carry: -access-log (same as SERVERLESS_ACCESS_LOG=true) and
+// -log-level.
 //
 // Exec probes run in the sidecar's task, beside the user's task: the
 // command must exist there.

@@ -76,7 +76,7 @@ func TestGRPCProber(t *testing.T) {
 		{"db", "NOT_SERVING"},
 		{"nope", "grpc-status 5"},
 	} {
-		p, err := newProber(probeGRPC(c.service), "127.0.0.1", port)
+		p, err := newProber(probeGRPC(c.service), "127.0.0.1", port, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,11 +40,11 @@ type Handler struct {
 	breaker *Breaker // nil: no limit
 	metrics *metrics
 
-	app       *appClient             // HTTP/1.1 requests: the hot path
-	appAddr   string                 // <app host>:<app port>
-	h1, h2    *httputil.ReverseProxy // upgrades (websocket) and HTTP/2 (h2c)
-	alwaysH2C bool
-	buffers   *bufferPool
+	app     *appClient             // HTTP/1.1 requests: the hot path
+	appAddr string                 // <app host>:<app port>
+	h1, h2  *httputil.ReverseProxy // HTTP/1.1 (upgrades, HTTP/2 clients of an HTTP/1.1 app) and h2c
+	h2cApp  bool                   // the app speaks h2c (spec.ProtocolH2C)
+	buffers *bufferPool
 
 	pool     sync.Pool
 	timeouts struct{ request, responseStart, idle timeoutError }
@@ -70,10 +70,10 @@ var (
 	notServedValue  = []string{spec.NotServedValue}
 )
 
-func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *meter, b *Breaker, mt *metrics, appProto AppProtocol) *Handler {
+func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *meter, b *Breaker, mt *metrics) *Handler {
 	h := &Handler{
 		cfg: cfg, log: log, access: access, state: st, meter: m, breaker: b, metrics: mt,
-		alwaysH2C:      appProto == AppH2C,
+		h2cApp:         cfg.AppProtocol == spec.ProtocolH2C,
 		probeOK:        []byte(spec.ProbeHeaderValue),
 		revisionHeader: []string{cfg.Revision},
 	}
@@ -206,15 +206,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case len(upgrade) > 0:
 			// Websocket and other upgrades: HTTP/1.1 to the app always.
 			h.serveReverseProxy(h.h1, x, r)
-		case h.alwaysH2C:
+		case h.h2cApp:
 			h.serveReverseProxy(h.h2, x, r)
 		default:
 			h.forwardH1(x, r, dispatched)
 		}
 		return
 	}
-	// HTTP/2 from the client: h2c to the app.
-	h.serveReverseProxy(h.h2, x, r)
+	// HTTP/2 from the client: the app gets the protocol it declared, so an
+	// HTTP/1.1 app serves HTTP/2 clients too.
+	if h.h2cApp {
+		h.serveReverseProxy(h.h2, x, r)
+		return
+	}
+	h.serveReverseProxy(h.h1, x, r)
 }
 
 // serveReverseProxy runs one of the ReverseProxy paths with a context the

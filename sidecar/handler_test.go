@@ -80,7 +80,7 @@ func TestAppHostIsWhereTheAppIsReached(t *testing.T) {
 	if resp.StatusCode != 200 || string(b) != "from 127.0.0.2" {
 		t.Fatalf("%d %q", resp.StatusCode, b)
 	}
-	p, err := newProber(*cfg.Readiness, appHost(cfg), cfg.AppPort)
+	p, err := newProber(*cfg.Readiness, appHost(cfg), cfg.AppPort, false)
 	if err != nil {
 		t.Fatal(err)
 	}

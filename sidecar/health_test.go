@@ -209,17 +209,17 @@ func TestHTTPProber(t *testing.T) {
 	defer srv.Close()
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
 	ctx := context.Background()
-	p, err := newProber(spec.Probe{Type: spec.ProbeHTTP, Path: "/ok", Headers: map[string]string{"X-Check": "1", "Host": "app.example"}}, "127.0.0.1", port)
+	p, err := newProber(spec.Probe{Type: spec.ProbeHTTP, Path: "/ok", Headers: map[string]string{"X-Check": "1", "Host": "app.example"}}, "127.0.0.1", port, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := p.probe(ctx); err != nil || gotHost != "app.example" || gotHeader != "1" {
 		t.Fatalf("ok probe: %v host %q header %q", err, gotHost, gotHeader)
 	}
-	if p, _ := newProber(spec.Probe{Type: spec.ProbeHTTP, Path: "/redirect"}, "127.0.0.1", port); p.probe(ctx) != nil {
+	if p, _ := newProber(spec.Probe{Type: spec.ProbeHTTP, Path: "/redirect"}, "127.0.0.1", port, false); p.probe(ctx) != nil {
 		t.Fatal("a redirect must pass")
 	}
-	if p, _ := newProber(spec.Probe{Type: spec.ProbeHTTP, Path: "/bad"}, "127.0.0.1", port); p.probe(ctx) == nil {
+	if p, _ := newProber(spec.Probe{Type: spec.ProbeHTTP, Path: "/bad"}, "127.0.0.1", port, false); p.probe(ctx) == nil {
 		t.Fatal("a 500 must fail")
 	}
 }
@@ -231,7 +231,7 @@ func TestTCPAndExecProbers(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ctx := context.Background()
-	p, _ := newProber(spec.Probe{Type: spec.ProbeTCP}, "127.0.0.1", 1)
+	p, _ := newProber(spec.Probe{Type: spec.ProbeTCP}, "127.0.0.1", 1, false)
 	p.(*tcpProber).addr = "127.0.0.1:" + strconv.Itoa(port)
 	if err := p.probe(ctx); err != nil {
 		t.Fatalf("listening port: %v", err)
@@ -240,20 +240,20 @@ func TestTCPAndExecProbers(t *testing.T) {
 	if err := p.probe(ctx); err == nil {
 		t.Fatal("closed port passed")
 	}
-	if p, _ := newProber(spec.Probe{Type: spec.ProbeExec, Command: []string{"true"}}, "127.0.0.1", 1); p.probe(ctx) != nil {
+	if p, _ := newProber(spec.Probe{Type: spec.ProbeExec, Command: []string{"true"}}, "127.0.0.1", 1, false); p.probe(ctx) != nil {
 		t.Fatal("exec true failed")
 	}
-	p, _ = newProber(spec.Probe{Type: spec.ProbeExec, Command: []string{"sh", "-c", "echo broken; exit 3"}}, "127.0.0.1", 1)
+	p, _ = newProber(spec.Probe{Type: spec.ProbeExec, Command: []string{"sh", "-c", "echo broken; exit 3"}}, "127.0.0.1", 1, false)
 	if err := p.probe(ctx); err == nil || !strings.Contains(err.Error(), "broken") {
 		t.Fatalf("exec exit 3: %v", err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	p, _ = newProber(spec.Probe{Type: spec.ProbeExec, Command: []string{"sleep", "5"}}, "127.0.0.1", 1)
+	p, _ = newProber(spec.Probe{Type: spec.ProbeExec, Command: []string{"sleep", "5"}}, "127.0.0.1", 1, false)
 	if err := p.probe(tctx); err == nil {
 		t.Fatal("exec past its timeout passed")
 	}
-	if _, err := newProber(spec.Probe{Type: "udp"}, "127.0.0.1", 1); err == nil {
+	if _, err := newProber(spec.Probe{Type: "udp"}, "127.0.0.1", 1, false); err == nil {
 		t.Fatal("unknown type accepted")
 	}
 }

@@ -21,8 +21,9 @@ type prober interface {
 	probe(ctx context.Context) error
 }
 
-// newProber returns the prober for p against the app on host.
-func newProber(p spec.Probe, host string, appPort int) (prober, error) {
+// newProber returns the prober for p against the app on host; h2c: the app
+// speaks HTTP/2 without TLS, so an http probe does too.
+func newProber(p spec.Probe, host string, appPort int, h2c bool) (prober, error) {
 	port := p.Port
 	if port == 0 {
 		port = appPort
@@ -30,7 +31,7 @@ func newProber(p spec.Probe, host string, appPort int) (prober, error) {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	switch p.Type {
 	case spec.ProbeHTTP:
-		return newHTTPProber(addr, p.Path, p.Headers), nil
+		return newHTTPProber(addr, p.Path, p.Headers, h2c), nil
 	case spec.ProbeTCP:
 		return &tcpProber{addr: addr}, nil
 	case spec.ProbeGRPC:
@@ -68,7 +69,7 @@ type httpProber struct {
 	client *http.Client
 }
 
-func newHTTPProber(addr, path string, headers map[string]string) *httpProber {
+func newHTTPProber(addr, path string, headers map[string]string, h2c bool) *httpProber {
 	h := http.Header{"User-Agent": {"nomad-serverless-probe"}}
 	host := ""
 	for k, v := range headers {
@@ -83,11 +84,22 @@ func newHTTPProber(addr, path string, headers map[string]string) *httpProber {
 		host:   host,
 		header: h,
 		client: &http.Client{
-			Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, DisableCompression: true},
+			Transport: probeTransport(h2c),
 			// A redirect counts as success without being followed.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
+}
+
+// probeTransport opens a connection per probe, over HTTP/1.1 or h2c.
+func probeTransport(h2c bool) *http.Transport {
+	t := &http.Transport{Proxy: nil, DisableKeepAlives: true, DisableCompression: true}
+	if h2c {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		t.Protocols = &p
+	}
+	return t
 }
 
 func (p *httpProber) probe(ctx context.Context) error {

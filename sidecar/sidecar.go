@@ -16,17 +16,6 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
-// AppProtocol is how the sidecar talks to the app.
-type AppProtocol string
-
-const (
-	// AppAuto speaks h2c to the app when the client spoke HTTP/2, HTTP/1.1
-	// otherwise.
-	AppAuto AppProtocol = "auto"
-	// AppH2C speaks h2c (HTTP/2 with prior knowledge) to the app always.
-	AppH2C AppProtocol = "h2c"
-)
-
 // Options are the sidecar's settings beyond spec.SidecarConfig (command
 // line flags of `nomad-serverless sidecar`).
 type Options struct {
@@ -35,8 +24,6 @@ type Options struct {
 	// AccessLog receives one line per request when cfg.AccessLog is set;
 	// nil means JSON lines on Log's handler.
 	AccessLog *slog.Logger
-	// AppProtocol defaults to AppAuto.
-	AppProtocol AppProtocol
 }
 
 // Sidecar is one instance's queue-proxy: the serving handler, the admin
@@ -65,10 +52,10 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	log = log.With("revision", cfg.Revision)
-	switch opts.AppProtocol {
-	case "", AppAuto, AppH2C:
+	switch cfg.AppProtocol {
+	case "", spec.ProtocolH2C:
 	default:
-		return nil, fmt.Errorf("app protocol %q: want auto or h2c", opts.AppProtocol)
+		return nil, fmt.Errorf("app protocol %q: want h2c, or empty for HTTP/1.1", cfg.AppProtocol)
 	}
 	if cfg.AppPort < 1 || cfg.AppPort > 65535 {
 		return nil, fmt.Errorf("app port %d: want 1 to 65535", cfg.AppPort)
@@ -104,7 +91,7 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 	if cfg.Readiness != nil {
 		readiness = *cfg.Readiness
 	}
-	rp, err := newProber(readiness, appHost(cfg), cfg.AppPort)
+	rp, err := newProber(readiness, appHost(cfg), cfg.AppPort, cfg.AppProtocol == spec.ProtocolH2C)
 	if err != nil {
 		return nil, fmt.Errorf("readiness probe: %w", err)
 	}
@@ -112,7 +99,7 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 		func(ok bool, err error) { storeErr(&s.state.readyErr, err); s.state.setReady(ok) },
 		func(pass bool) { s.metrics.probes["readiness"][pass].Inc() })
 	if cfg.Liveness != nil {
-		lp, err := newProber(*cfg.Liveness, appHost(cfg), cfg.AppPort)
+		lp, err := newProber(*cfg.Liveness, appHost(cfg), cfg.AppPort, cfg.AppProtocol == spec.ProtocolH2C)
 		if err != nil {
 			return nil, fmt.Errorf("liveness probe: %w", err)
 		}
@@ -128,7 +115,7 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 			access = log
 		}
 	}
-	s.handler = newHandler(cfg, log, access, s.state, s.meter, s.breaker, s.metrics, opts.AppProtocol)
+	s.handler = newHandler(cfg, log, access, s.state, s.meter, s.breaker, s.metrics)
 	s.handler.appRefused = s.appRefused
 	s.admin = &adminHandler{s: s, metrics: s.metrics.handler()}
 	return s, nil

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/websocket"
 
 	"github.com/nomad-serverless/nomad-serverless/sidecar"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/testapp"
 )
 
@@ -119,13 +120,15 @@ func TestRequestBodies(t *testing.T) {
 func TestWebsocketPassesThrough(t *testing.T) {
 	t.Parallel()
 	a := startApp(t, nil)
-	for _, proto := range []sidecar.AppProtocol{sidecar.AppAuto, sidecar.AppH2C} {
-		t.Run(string(proto), func(t *testing.T) { testWebsocket(t, a, proto) })
+	for _, proto := range []string{"", spec.ProtocolH2C} {
+		t.Run("app protocol "+proto, func(t *testing.T) { testWebsocket(t, a, proto) })
 	}
 }
 
-func testWebsocket(t *testing.T, a *app, proto sidecar.AppProtocol) {
-	r := startSidecar(t, config(a.port), sidecar.Options{AppProtocol: proto})
+func testWebsocket(t *testing.T, a *app, proto string) {
+	sc := config(a.port)
+	sc.AppProtocol = proto
+	r := startSidecar(t, sc, sidecar.Options{})
 	r.waitReady(t)
 	cfg, err := websocket.NewConfig("ws"+strings.TrimPrefix(r.url, "http")+"/ws", r.url)
 	if err != nil {
@@ -160,33 +163,44 @@ func testWebsocket(t *testing.T, a *app, proto sidecar.AppProtocol) {
 	waitUntil(t, "the websocket ends its request", func() bool { return r.stats(t).InFlight == 0 })
 }
 
-// A client speaking h2c gets h2c to the app (gRPC needs HTTP/2 end to end);
-// an HTTP/1.1 client gets HTTP/1.1.
+// The sidecar serves HTTP/1.1 and h2c clients alike, and the app gets the
+// protocol it declared whatever the client spoke: an HTTP/1.1 app serves
+// h2c clients, an h2c app (a gRPC server) HTTP/1.1 clients.
 func TestH2CBothWays(t *testing.T) {
 	t.Parallel()
 	a := startApp(t, nil)
 	r := startSidecar(t, config(a.port), sidecar.Options{})
 	r.waitReady(t)
+	h2cApp := config(a.port)
+	h2cApp.AppProtocol = spec.ProtocolH2C
+	r2 := startSidecar(t, h2cApp, sidecar.Options{})
+	r2.waitReady(t)
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	h2c := &http.Client{Transport: &http.Transport{Protocols: &protos}}
 	for _, c := range []struct {
-		client *http.Client
-		want   string
-	}{{h2c, "HTTP/2.0"}, {http.DefaultClient, "HTTP/1.1"}} {
-		resp, err := c.client.Get(r.url + "/headers")
+		url              string
+		client           *http.Client
+		wantClient, want string
+	}{
+		{r.url, h2c, "HTTP/2.0", "HTTP/1.1"},
+		{r.url, http.DefaultClient, "HTTP/1.1", "HTTP/1.1"},
+		{r2.url, h2c, "HTTP/2.0", "HTTP/2.0"},
+		{r2.url, http.DefaultClient, "HTTP/1.1", "HTTP/2.0"},
+	} {
+		resp, err := c.client.Get(c.url + "/headers")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var seen testapp.Request
 		err = json.NewDecoder(resp.Body).Decode(&seen)
 		resp.Body.Close()
-		if err != nil || resp.Proto != c.want || seen.Proto != c.want {
-			t.Fatalf("client spoke %s, app saw %q (%v)", resp.Proto, seen.Proto, err)
+		if err != nil || resp.Proto != c.wantClient || seen.Proto != c.want {
+			t.Fatalf("client spoke %s (want %s), app saw %q, want %q (%v)", resp.Proto, c.wantClient, seen.Proto, c.want, err)
 		}
 	}
 	// Streaming works over h2c too.
-	resp, err := h2c.Get(r.url + "/?stream=3")
+	resp, err := h2c.Get(r2.url + "/?stream=3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,21 +228,33 @@ func TestH2CBothWays(t *testing.T) {
 	}
 }
 
-// With -app-protocol h2c the sidecar speaks h2c to the app even to
-// HTTP/1.1 clients.
-func TestAppProtocolH2C(t *testing.T) {
+// An h2c app's http readiness probe goes over h2c: an app that speaks
+// only HTTP/2 becomes ready.
+func TestH2COnlyAppIsProbedOverH2C(t *testing.T) {
 	t.Parallel()
-	a := startApp(t, nil)
-	r := startSidecar(t, config(a.port), sidecar.Options{AppProtocol: sidecar.AppH2C})
-	r.waitReady(t)
-	resp, err := http.Get(r.url + "/headers")
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true) // and not HTTP/1.1
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen testapp.Request
-	json.NewDecoder(resp.Body).Decode(&seen)
+	srv := &http.Server{Protocols: &protos, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Proto+" "+r.URL.Path)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	cfg := config(ln.Addr().(*net.TCPAddr).Port)
+	cfg.AppProtocol = spec.ProtocolH2C
+	cfg.Readiness = &spec.Probe{Type: spec.ProbeHTTP, Path: "/ready", Timeout: time.Second, SuccessThreshold: 1, FailureThreshold: 1}
+	r := startSidecar(t, cfg, sidecar.Options{})
+	r.waitReady(t)
+	resp, err := http.Get(r.url + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if seen.Proto != "HTTP/2.0" {
-		t.Fatalf("app saw %q", seen.Proto)
+	if resp.StatusCode != 200 || string(b) != "HTTP/2.0 /x" {
+		t.Fatalf("HTTP/1.1 client to an h2c-only app: %d %q", resp.StatusCode, b)
 	}
 }

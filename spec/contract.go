@@ -87,4 +87,9 @@ const (
 	EnvPort     = "PORT"
 	EnvKService = "K_SERVICE"
 	EnvRevision = "K_REVISION"
+	// EnvConfiguration is Knative's name for what makes the revisions: a
+	// service's template. Here every service has one, named as the
+	// service, so K_CONFIGURATION equals K_SERVICE (as in Knative, where a
+	// Service's Configuration bears its name).
+	EnvConfiguration = "K_CONFIGURATION"
 )

@@ -41,3 +41,11 @@ func (s *Service) EffectiveTraffic() []TrafficTarget {
 	}
 	return s.Traffic
 }
+
+// The app protocols a task may declare (Task.Protocol). HTTP/1.1 is the
+// empty value, so templates written before the setting existed keep their
+// hash.
+const (
+	ProtocolHTTP1 = "http1"
+	ProtocolH2C   = "h2c"
+)

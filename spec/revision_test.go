@@ -1,8 +1,10 @@
 package spec
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,6 +44,20 @@ func TestHashStable(t *testing.T) {
 		if got := again.Template.Hash(); got != h {
 			t.Fatalf("hash changed between equal templates: %s then %s", h, got)
 		}
+	}
+}
+
+// A template that speaks HTTP/1.1 hashes as it did before Task.Protocol
+// existed: redeploying an unchanged file after an upgrade makes no new
+// revision.
+func TestHashOfHTTP1TemplateHasNoProtocol(t *testing.T) {
+	s := baseService()
+	b, err := json.Marshal(s.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), `"protocol"`) {
+		t.Fatalf("an HTTP/1.1 template's canonical form names a protocol: %s", b)
 	}
 }
 
@@ -87,6 +103,7 @@ func TestHashFollowsTemplate(t *testing.T) {
 		"cpu":           func(s *Service) { s.Template.Task.Resources.CPU++ },
 		"memory":        func(s *Service) { s.Template.Task.Resources.MemoryMB++ },
 		"port":          func(s *Service) { s.Template.Task.Port = 9000 },
+		"protocol":      func(s *Service) { s.Template.Task.Protocol = ProtocolH2C },
 		"kill timeout":  func(s *Service) { s.Template.Task.KillTimeout = time.Minute },
 		"user":          func(s *Service) { s.Template.Task.User = "nobody" },
 		"artifact":      func(s *Service) { s.Template.Task.Artifacts = []Artifact{{Source: "x"}} },

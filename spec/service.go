@@ -70,7 +70,12 @@ type Task struct {
 	Resources Resources         `json:"resources"`
 	// Port is where the app listens. The sidecar sets PORT to it; with host
 	// networking Nomad picks the real port and PORT tells the app.
-	Port      int            `json:"port"`
+	Port int `json:"port"`
+	// Protocol is what the app speaks on Port: "" (HTTP/1.1, the
+	// default; "http1" in a file) or ProtocolH2C (HTTP/2 without TLS,
+	// with prior knowledge: a plain gRPC server). The sidecar speaks it to
+	// the app whatever the client spoke, and probes over it.
+	Protocol  string         `json:"protocol,omitempty"`
 	Artifacts []Artifact     `json:"artifacts,omitempty"`
 	Templates []TaskTemplate `json:"templates,omitempty"`
 	User      string         `json:"user,omitempty"`

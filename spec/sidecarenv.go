@@ -16,6 +16,7 @@ const (
 	EnvSidecarPort        = "PORT"                   // serving port (Nomad: ${NOMAD_PORT_http})
 	EnvSidecarAppHost     = "SERVERLESS_APP_HOST"    // where the app listens; default 127.0.0.1
 	EnvSidecarAppPort     = "SERVERLESS_APP_PORT"    // the user app's port on the app host
+	EnvSidecarAppProtocol = "SERVERLESS_APP_PROTOCOL" // "h2c", or empty for HTTP/1.1
 	EnvSidecarAdminPort   = "SERVERLESS_ADMIN_PORT"  // stats, metrics, liveness
 	EnvSidecarService     = "SERVERLESS_SERVICE"     // service name (metric label)
 	EnvSidecarRevision    = "SERVERLESS_REVISION"    // revision name (metric label)
@@ -49,6 +50,8 @@ type SidecarConfig struct {
 	AppHost   string
 	AppPort   int
 	AdminPort int
+	// AppProtocol is what the app speaks: "" (HTTP/1.1) or ProtocolH2C.
+	AppProtocol string
 
 	Service  string
 	Revision string
@@ -83,6 +86,7 @@ func SidecarConfigForRevision(r Revision) SidecarConfig {
 	grace := min(defaultDrainGrace, drain/2)
 	return SidecarConfig{
 		AppHost:              DefaultAppHost,
+		AppProtocol:          t.Task.Protocol,
 		Service:              r.Service,
 		Revision:             r.Name(),
 		Concurrency:          t.Concurrency,
@@ -116,6 +120,9 @@ func (c SidecarConfig) Env() map[string]string {
 	}
 	if c.Instance != "" {
 		env[EnvSidecarInstance] = c.Instance
+	}
+	if c.AppProtocol != "" {
+		env[EnvSidecarAppProtocol] = c.AppProtocol
 	}
 	if c.Readiness != nil {
 		env[EnvSidecarReadiness] = mustJSON(c.Readiness)
@@ -207,6 +214,13 @@ func ParseSidecarEnv(getenv func(string) string) (SidecarConfig, error) {
 		bad(EnvSidecarAppHost, c.AppHost, "want a host name or IP address, without a port")
 	}
 	c.AppPort = port(EnvSidecarAppPort, true)
+	switch v := getenv(EnvSidecarAppProtocol); v {
+	case "", ProtocolHTTP1:
+	case ProtocolH2C:
+		c.AppProtocol = v
+	default:
+		bad(EnvSidecarAppProtocol, v, "want h2c, or http1 (the default)")
+	}
 	c.AdminPort = port(EnvSidecarAdminPort, true)
 	c.Service = getenv(EnvSidecarService)
 	c.Revision = getenv(EnvSidecarRevision)

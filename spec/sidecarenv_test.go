@@ -39,7 +39,10 @@ func TestSidecarEnvRoundTrip(t *testing.T) {
 	slow.Template.Task.KillTimeout = 5 * time.Second
 	slow.Template.Concurrency = 0
 
-	for name, s := range map[string]Service{"probes": withProbes, "bare": bare, "slow kill": slow} {
+	grpc := baseService()
+	grpc.Template.Task.Protocol = ProtocolH2C
+
+	for name, s := range map[string]Service{"probes": withProbes, "bare": bare, "slow kill": slow, "h2c app": grpc} {
 		t.Run(name, func(t *testing.T) {
 			want := SidecarConfigForRevision(NewRevision(&s, 3))
 			want.Instance = "0b1f-alloc"
@@ -85,7 +88,7 @@ func TestParseSidecarEnvDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Timeout != DefaultTimeout || c.QueueDepth != 5*DefaultQueueDepthFactor || c.Readiness != nil || c.Liveness != nil ||
-		c.DrainGrace != 3*time.Second || c.DrainTimeout != DefaultKillTimeout-time.Second || c.AccessLog {
+		c.DrainGrace != 3*time.Second || c.DrainTimeout != DefaultKillTimeout-time.Second || c.AccessLog || c.AppProtocol != "" {
 		t.Errorf("defaults = %+v", c)
 	}
 }
@@ -121,6 +124,7 @@ func TestParseSidecarEnvReportsEachVariable(t *testing.T) {
 		{"drain timeout negative", EnvSidecarDrainLimit, "-5s", "duration"},
 		{"drain grace over timeout", EnvSidecarDrainGrace, "1h", "longer than"},
 		{"access log", EnvSidecarAccessLog, "maybe", "true or false"},
+		{"app protocol", EnvSidecarAppProtocol, "h2", "want h2c, or http1"},
 		{"service missing", EnvSidecarService, "", "is not set"},
 		{"revision missing", EnvSidecarRevision, "", "is not set"},
 		{"ports equal", EnvSidecarAdminPort, "2", "ports must differ"},

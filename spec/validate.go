@@ -203,6 +203,14 @@ func (t *Task) validate(mode NetworkMode) []Problem {
 	if t.Port < 1 || t.Port > 65535 {
 		add("task.port", fmt.Sprintf("port is %d.", t.Port), "Use a port from 1 to 65535.")
 	}
+	switch t.Protocol {
+	case "", ProtocolH2C:
+	case ProtocolHTTP1:
+		add("task.protocol", "protocol is \"http1\" here; it is written as no protocol at all.", "Leave protocol out for HTTP/1.1 (the parser does this for you).")
+	default:
+		add("task.protocol", fmt.Sprintf("protocol %q is not one the sidecar speaks to an app.", t.Protocol),
+			"Use \"http1\" (the default: HTTP/1.1) or \"h2c\" (HTTP/2 without TLS, as a plain gRPC server speaks).")
+	}
 	if t.KillTimeout < time.Second {
 		add("task.kill_timeout", fmt.Sprintf("kill_timeout is %s.", t.KillTimeout), "Use at least \"1s\": the sidecar drains requests in this time.")
 	}
@@ -211,8 +219,8 @@ func (t *Task) validate(mode NetworkMode) []Problem {
 			add("task.env."+k, fmt.Sprintf("%q is not an environment variable name.", k), "Use letters, digits and '_', not starting with a digit.")
 		}
 		switch k {
-		case EnvPort, EnvKService, EnvRevision:
-			add("task.env."+k, fmt.Sprintf("%s is set by nomad-serverless.", k), "Remove it: PORT is where the app must listen; K_SERVICE and K_REVISION name the revision.")
+		case EnvPort, EnvKService, EnvRevision, EnvConfiguration:
+			add("task.env."+k, fmt.Sprintf("%s is set by nomad-serverless.", k), "Remove it: PORT is where the app must listen; K_SERVICE, K_CONFIGURATION and K_REVISION name the revision.")
 		}
 	}
 	for i, a := range t.Artifacts {

@@ -21,7 +21,6 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	accessLog := fs.Bool("access-log", false, "log every request (JSON lines on stderr); same as "+spec.EnvSidecarAccessLog+"=true")
-	appProto := fs.String("app-protocol", string(sidecar.AppAuto), "how to talk to the app: auto (h2c when the client speaks HTTP/2, else HTTP/1.1) or h2c (always)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "Usage: nomad-serverless sidecar [options]")
@@ -85,7 +84,7 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 		debug.SetGCPercent(sidecarGCPercent)
 	}
 	log := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
-	sc, err := sidecar.New(cfg, sidecar.Options{Log: log, AppProtocol: sidecar.AppProtocol(*appProto)})
+	sc, err := sidecar.New(cfg, sidecar.Options{Log: log})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "nomad-serverless sidecar:", err)
 		return exitUsage

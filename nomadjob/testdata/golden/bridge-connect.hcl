@@ -118,9 +118,10 @@ job "orders-00001" {
       }
 
       env {
-        K_REVISION = "orders-00001"
-        K_SERVICE  = "orders"
-        PORT       = "9090"
+        K_CONFIGURATION = "orders"
+        K_REVISION      = "orders-00001"
+        K_SERVICE       = "orders"
+        PORT            = "9090"
       }
 
       resources {

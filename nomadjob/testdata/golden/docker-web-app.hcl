@@ -108,11 +108,12 @@ job "hello-00001" {
       }
 
       env {
-        GREETING   = "hello"
-        K_REVISION = "hello-00001"
-        K_SERVICE  = "hello"
-        LOG_LEVEL  = "info"
-        PORT       = "8080"
+        GREETING        = "hello"
+        K_CONFIGURATION = "hello"
+        K_REVISION      = "hello-00001"
+        K_SERVICE       = "hello"
+        LOG_LEVEL       = "info"
+        PORT            = "8080"
       }
 
       resources {

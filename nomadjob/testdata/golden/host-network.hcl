@@ -110,9 +110,10 @@ job "ledger-00001" {
       }
 
       env {
-        K_REVISION = "ledger-00001"
-        K_SERVICE  = "ledger"
-        PORT       = "${NOMAD_PORT_app}"
+        K_CONFIGURATION = "ledger"
+        K_REVISION      = "ledger-00001"
+        K_SERVICE       = "ledger"
+        PORT            = "${NOMAD_PORT_app}"
       }
 
       resources {

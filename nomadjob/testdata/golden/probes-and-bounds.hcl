@@ -123,9 +123,10 @@ job "api-00003" {
       }
 
       env {
-        K_REVISION = "api-00003"
-        K_SERVICE  = "api"
-        PORT       = "8080"
+        K_CONFIGURATION = "api"
+        K_REVISION      = "api-00003"
+        K_SERVICE       = "api"
+        PORT            = "8080"
       }
 
       resources {

@@ -106,9 +106,10 @@ job "report-00012" {
       }
 
       env {
-        K_REVISION = "report-00012"
-        K_SERVICE  = "report"
-        PORT       = "${NOMAD_PORT_app}"
+        K_CONFIGURATION = "report"
+        K_REVISION      = "report-00012"
+        K_SERVICE       = "report"
+        PORT            = "${NOMAD_PORT_app}"
       }
 
       resources {

@@ -121,9 +121,10 @@ job "shop-00002" {
       }
 
       env {
-        K_REVISION = "shop-00002"
-        K_SERVICE  = "shop"
-        PORT       = "${NOMAD_PORT_app}"
+        K_CONFIGURATION = "shop"
+        K_REVISION      = "shop-00002"
+        K_SERVICE       = "shop"
+        PORT            = "${NOMAD_PORT_app}"
       }
 
       resources {

@@ -107,10 +107,11 @@ job "hello-00001" {
       }
 
       env {
-        GREETING   = "hello from nginxdemos/hello:plain-text"
-        K_REVISION = "hello-00001"
-        K_SERVICE  = "hello"
-        PORT       = "80"
+        GREETING        = "hello from nginxdemos/hello:plain-text"
+        K_CONFIGURATION = "hello"
+        K_REVISION      = "hello-00001"
+        K_SERVICE       = "hello"
+        PORT            = "80"
       }
 
       resources {

@@ -123,9 +123,10 @@ job "api-00001" {
       }
 
       env {
-        K_REVISION = "api-00001"
-        K_SERVICE  = "api"
-        PORT       = "8080"
+        K_CONFIGURATION = "api"
+        K_REVISION      = "api-00001"
+        K_SERVICE       = "api"
+        PORT            = "8080"
       }
 
       resources {

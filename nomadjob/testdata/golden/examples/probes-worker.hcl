@@ -124,9 +124,10 @@ job "worker-00001" {
       }
 
       env {
-        K_REVISION = "worker-00001"
-        K_SERVICE  = "worker"
-        PORT       = "9000"
+        K_CONFIGURATION = "worker"
+        K_REVISION      = "worker-00001"
+        K_SERVICE       = "worker"
+        PORT            = "9000"
       }
 
       resources {

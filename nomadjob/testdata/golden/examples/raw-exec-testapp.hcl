@@ -105,9 +105,10 @@ job "testapp-00001" {
       }
 
       env {
-        K_REVISION = "testapp-00001"
-        K_SERVICE  = "testapp"
-        PORT       = "${NOMAD_PORT_app}"
+        K_CONFIGURATION = "testapp"
+        K_REVISION      = "testapp-00001"
+        K_SERVICE       = "testapp"
+        PORT            = "${NOMAD_PORT_app}"
       }
 
       resources {

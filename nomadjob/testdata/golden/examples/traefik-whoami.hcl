@@ -109,9 +109,10 @@ job "whoami-00001" {
       }
 
       env {
-        K_REVISION = "whoami-00001"
-        K_SERVICE  = "whoami"
-        PORT       = "8080"
+        K_CONFIGURATION = "whoami"
+        K_REVISION      = "whoami-00001"
+        K_SERVICE       = "whoami"
+        PORT            = "8080"
       }
 
       resources {
