@@ -190,4 +190,3 @@ func TestH2CTrailersAndFullDuplex(t *testing.T) {
 		t.Errorf("trailer Grpc-Status %q, want 0 (trailers: %v)", got, resp.Trailer)
 	}
 }
-

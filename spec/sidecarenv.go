@@ -13,17 +13,17 @@ import (
 // (nomadjob) writes them into the sidecar task; the sidecar reads them at
 // start. Both sides use SidecarConfig, so the contract lives in one place.
 const (
-	EnvSidecarPort        = "PORT"                   // serving port (Nomad: ${NOMAD_PORT_http})
-	EnvSidecarAppHost     = "SERVERLESS_APP_HOST"    // where the app listens; default 127.0.0.1
-	EnvSidecarAppPort     = "SERVERLESS_APP_PORT"    // the user app's port on the app host
+	EnvSidecarPort        = "PORT"                    // serving port (Nomad: ${NOMAD_PORT_http})
+	EnvSidecarAppHost     = "SERVERLESS_APP_HOST"     // where the app listens; default 127.0.0.1
+	EnvSidecarAppPort     = "SERVERLESS_APP_PORT"     // the user app's port on the app host
 	EnvSidecarAppProtocol = "SERVERLESS_APP_PROTOCOL" // "h2c", or empty for HTTP/1.1
-	EnvSidecarAdminPort   = "SERVERLESS_ADMIN_PORT"  // stats, metrics, liveness
-	EnvSidecarService     = "SERVERLESS_SERVICE"     // service name (metric label)
-	EnvSidecarRevision    = "SERVERLESS_REVISION"    // revision name (metric label)
-	EnvSidecarInstance    = "SERVERLESS_INSTANCE"    // allocation ID (stats identity)
-	EnvSidecarConcurrency = "SERVERLESS_CONCURRENCY" // per-instance hard limit, 0 = none
-	EnvSidecarQueueDepth  = "SERVERLESS_QUEUE_DEPTH" // requests waiting for the breaker
-	EnvSidecarTimeout     = "SERVERLESS_TIMEOUT"     // whole request, Go duration
+	EnvSidecarAdminPort   = "SERVERLESS_ADMIN_PORT"   // stats, metrics, liveness
+	EnvSidecarService     = "SERVERLESS_SERVICE"      // service name (metric label)
+	EnvSidecarRevision    = "SERVERLESS_REVISION"     // revision name (metric label)
+	EnvSidecarInstance    = "SERVERLESS_INSTANCE"     // allocation ID (stats identity)
+	EnvSidecarConcurrency = "SERVERLESS_CONCURRENCY"  // per-instance hard limit, 0 = none
+	EnvSidecarQueueDepth  = "SERVERLESS_QUEUE_DEPTH"  // requests waiting for the breaker
+	EnvSidecarTimeout     = "SERVERLESS_TIMEOUT"      // whole request, Go duration
 	EnvSidecarRespStart   = "SERVERLESS_RESPONSE_START_TIMEOUT"
 	EnvSidecarIdle        = "SERVERLESS_IDLE_TIMEOUT"
 	EnvSidecarReadiness   = "SERVERLESS_READINESS" // JSON of Probe; empty = TCP connect to the app port
