@@ -285,6 +285,9 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 		w.WriteHeader(status)
 	}
 	res.headerSent = true
+	// The response has started: the timeout no longer applies, and its
+	// body is read from the instance as long as it flows (deadlines.go).
+	uc.deadline = never
 
 	var body io.Reader
 	switch {
@@ -299,7 +302,7 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 	}
 	if body != nil {
 		buf := g.buffers.Get()
-		err := copyBody(w, body, buf, head.length < 0)
+		err := copyBody(w, body, buf, head.length < 0, f.stall)
 		g.buffers.Put(buf)
 		if err != nil {
 			return res, err
@@ -602,11 +605,17 @@ func lastToken(s string) string {
 
 // copyBody relays a response body; with flush, every chunk goes to the
 // client as it arrives (streams, server-sent events).
-func copyBody(w http.ResponseWriter, body io.Reader, buf []byte, flush bool) error {
+func copyBody(w http.ResponseWriter, body io.Reader, buf []byte, flush bool, stall time.Duration) error {
 	var fl http.Flusher
 	if flush {
 		fl, _ = w.(http.Flusher)
 	}
+	// Past its first half second a body keeps the client's write deadline
+	// a stall bound ahead (deadlines.go); most bodies end before. The
+	// deadline serveHTTP set lasts at least a second past the response's
+	// start, so the first move comes in time.
+	var guard *stallGuard
+	moveAt := time.Now().Add(500 * time.Millisecond)
 	for {
 		n, rerr := body.Read(buf)
 		if n > 0 {
@@ -615,6 +624,13 @@ func copyBody(w http.ResponseWriter, body io.Reader, buf []byte, flush bool) err
 			}
 			if fl != nil {
 				fl.Flush()
+			}
+			if guard != nil {
+				guard.flowed()
+			} else if time.Now().After(moveAt) {
+				guard = newStallGuard(http.NewResponseController(w).SetWriteDeadline, stall)
+				guard.next = time.Time{} // move it now
+				guard.flowed()
 			}
 		}
 		if rerr == io.EOF {
@@ -662,7 +678,7 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
 	h := r.Header
 	connTokens := h["Connection"]
 	for k, vv := range h {
-		if h1.HopByHop(k) || k == revisionHeaderKey || k == headerXFF || (connTokens != nil && h1.HasToken(connTokens, k)) {
+		if h1.HopByHop(k) || k == revisionHeaderKey || k == headerXFF || k == headerForwarded || (connTokens != nil && h1.HasToken(connTokens, k)) {
 			continue
 		}
 		for _, v := range vv {
@@ -676,7 +692,8 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
 	bw.WriteString(": ")
 	bw.WriteString(revision)
 	bw.WriteString("\r\n")
-	// X-Forwarded-For: the chain so far, then this hop's client.
+	// X-Forwarded-For and Forwarded: the chain so far, then this hop's
+	// client.
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		bw.WriteString("X-Forwarded-For: ")
 		for _, v := range h[headerXFF] {
@@ -684,6 +701,8 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
 			bw.WriteString(", ")
 		}
 		bw.WriteString(ip)
+		bw.WriteString("\r\nForwarded: ")
+		h1.WriteForwarded(bw, h, ip, r.Host, schemeOf(r))
 		bw.WriteString("\r\n")
 	}
 	if _, ok := h[headerXFH]; !ok {
@@ -692,13 +711,19 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
 		bw.WriteString("\r\n")
 	}
 	if _, ok := h[headerXFP]; !ok {
-		if r.TLS != nil {
-			bw.WriteString("X-Forwarded-Proto: https\r\n")
-		} else {
-			bw.WriteString("X-Forwarded-Proto: http\r\n")
-		}
+		bw.WriteString("X-Forwarded-Proto: ")
+		bw.WriteString(schemeOf(r))
+		bw.WriteString("\r\n")
 	}
 	bw.WriteString("\r\n")
+}
+
+// schemeOf is how the client reached the gateway.
+func schemeOf(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // upConn is one kept-alive connection to an instance's sidecar.

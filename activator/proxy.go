@@ -28,13 +28,20 @@ var notServedKey = http.CanonicalHeaderKey(spec.NotServedHeader)
 // forward is one proxied request's state, shared by ServeHTTP, the proxy's
 // hooks and the retrying transport through the request's context.
 type forward struct {
-	g      *Gateway
-	rev    *revision
-	b      *backend // the slot held now; nil after a failed retry
-	body   *replayBody
-	status int   // the instance's status code, 0 if none
-	err    error // why the proxy failed, if it did
-	tries  int
+	g    *Gateway
+	rev  *revision
+	b    *backend // the slot held now; nil after a failed retry
+	body *replayBody
+	// deadline ends the wait for the response (start plus the revision's
+	// timeout); start and out carry it on the ReverseProxy path.
+	deadline time.Time
+	start    responseStart
+	rc       *http.ResponseController
+	out      *stallWriter
+	stall    time.Duration // the stall bound once started: the revision's timeout plus stallSlack
+	status   int           // the instance's status code, 0 if none
+	err      error         // why the proxy failed, if it did
+	tries    int
 	// vals backs the values of the response header forwardH1 reads:
 	// one allocation with the forward instead of one per header. A forward
 	// is never reused, so the header map may keep them after the request.
@@ -119,7 +126,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rev.inflight.Add(1)
 	rev.budget.deposit()
-	f = &forward{g: g, rev: rev, b: b}
+	f = &forward{g: g, rev: rev, b: b, deadline: deadline, stall: cfg.timeout + stallSlack}
 	defer func() {
 		rev.inflight.Add(-1)
 		if f.b != nil {
@@ -150,9 +157,15 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			_ = rc.EnableFullDuplex()
 		}
 	}
-	ctx, cancel := context.WithDeadline(r.Context(), deadline)
-	defer cancel()
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, forwardKey{}, f)))
+	// The timeout ends the wait for the response head, not the response
+	// (deadlines.go).
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	f.start.arm(deadline, cancel)
+	defer f.start.stop()
+	f.rc = rc
+	f.out = &stallWriter{ResponseWriter: w}
+	g.proxy.ServeHTTP(f.out, r.WithContext(context.WithValue(ctx, forwardKey{}, f)))
 	if f.body != nil && f.body.h1 && !f.body.AtEOF() {
 		// The answer said Connection: close; the body, perhaps still
 		// being read from the client, must stop holding the connection.
@@ -286,6 +299,8 @@ var (
 	headerXFF = http.CanonicalHeaderKey("X-Forwarded-For")
 	headerXFH = http.CanonicalHeaderKey("X-Forwarded-Host")
 	headerXFP = http.CanonicalHeaderKey("X-Forwarded-Proto")
+
+	headerForwarded = "Forwarded"
 )
 
 func rewrite(pr *httputil.ProxyRequest) {
@@ -309,15 +324,39 @@ func rewrite(pr *httputil.ProxyRequest) {
 	if v, ok := in[headerXFP]; ok {
 		out.Header[headerXFP] = v
 	}
+	out.Header[headerForwarded] = []string{h1.Forwarded(in, h1.ClientIP(pr.In.RemoteAddr), pr.In.Host, schemeOf(pr.In))}
 }
 
 func modifyResponse(resp *http.Response) error {
 	if f := forwardOf(resp.Request); f != nil {
+		if !f.start.start() {
+			return errStartedLate // proxyError answers 504
+		}
 		f.status = resp.StatusCode
 		f.closeUnlessBodyRead(resp.Header)
+		f.started(resp.StatusCode == http.StatusSwitchingProtocols)
 	}
 	delete(resp.Header, notServedKey)
 	return nil
+}
+
+// started turns the client connection's deadlines, which bounded the wait
+// for the response, into stall bounds for the response's life (see
+// deadlines.go). A protocol switch has none: the tunnel is the two ends'
+// to keep or close (and the sidecar's drain ends it).
+func (f *forward) started(upgrade bool) {
+	if upgrade {
+		_ = f.rc.SetReadDeadline(time.Time{})
+		_ = f.rc.SetWriteDeadline(time.Time{})
+		return
+	}
+	now := time.Now()
+	_ = f.rc.SetWriteDeadline(now.Add(f.stall))
+	f.out.guard.Store(newStallGuard(f.rc.SetWriteDeadline, f.stall))
+	if f.body != nil && !f.body.AtEOF() {
+		_ = f.rc.SetReadDeadline(now.Add(f.stall))
+		f.body.guard.Store(newStallGuard(f.rc.SetReadDeadline, f.stall))
+	}
 }
 
 // proxyError answers a request the proxy could not complete.
@@ -421,8 +460,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if why != "" {
 			return nil, &notRetriedError{f: fl, err: err, why: why}
 		}
-		deadline, _ := req.Context().Deadline()
-		if !f.reacquire(req, deadline) {
+		if !f.reacquire(req, f.deadline) {
 			return nil, f.err
 		}
 		out = req.Clone(req.Context())
@@ -473,6 +511,10 @@ type replayBody struct {
 	overflow bool   // more than replayLimit was read: no replay
 	err      error  // src's error, sticky (io.EOF at the end)
 	gen      int    // the current attempt's view
+
+	// guard moves the client's read deadline ahead as the body arrives,
+	// once the response started (nil before).
+	guard atomic.Pointer[stallGuard]
 
 	tooLarge atomic.Bool // the gateway's MaxBodyBytes cut it
 	broken   atomic.Bool // the client's body failed (not EOF, not too large)
@@ -539,6 +581,9 @@ func (b *replayBody) read(gen int, off *int, p []byte) (int, error) {
 		p = p[:b.limit-b.given+1] // one byte more tells the limit is passed
 	}
 	n, err := b.src.Read(p)
+	if g := b.guard.Load(); g != nil && n > 0 {
+		g.flowed() // reads hold the mutex: one goroutine at a time
+	}
 	b.given += int64(n)
 	if b.limit > 0 && b.given > b.limit {
 		n -= int(b.given - b.limit)

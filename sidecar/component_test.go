@@ -214,10 +214,29 @@ func TestProxyBasicsAndHeaders(t *testing.T) {
 		"X-Forwarded-For":   "203.0.113.9, 127.0.0.1",
 		"X-Forwarded-Proto": "https",
 		"X-Forwarded-Host":  "hello.example.com",
+		// Built from X-Forwarded-* (no Forwarded came), then this hop.
+		"Forwarded": "for=203.0.113.9;host=hello.example.com;proto=https, for=127.0.0.1;host=hello.example.com;proto=http",
 	} {
 		if got := h.Get(k); got != want {
 			t.Errorf("app saw %s %q, want %q", k, got, want)
 		}
+	}
+	// The ReverseProxy path (an h2c client of this HTTP/1.1 app) extends
+	// a Forwarded that came.
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	req, _ = http.NewRequest("GET", r.url+"/headers?x=1", nil)
+	req.Host = "hello.example.com"
+	req.Header.Set("Forwarded", "for=203.0.113.9;proto=https")
+	resp, err = (&http.Client{Transport: &http.Transport{Protocols: &protos}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = testapp.Request{}
+	err = json.NewDecoder(resp.Body).Decode(&seen)
+	resp.Body.Close()
+	if got, want := http.Header(seen.Headers).Get("Forwarded"), "for=203.0.113.9;proto=https, for=127.0.0.1;host=hello.example.com;proto=http"; err != nil || got != want {
+		t.Errorf("h2c client: app saw Forwarded %q, want %q (%v)", got, want, err)
 	}
 	for _, k := range []string{"X-Hop", "Keep-Alive", "Connection", spec.ProbeHeader} {
 		if v := h.Get(k); v != "" {

@@ -40,11 +40,12 @@
 //     requests are in the app at once, up to the queue depth more wait in
 //     arrival order, and beyond that requests get 503 at once with a body
 //     saying why. With concurrency 0 there is no breaker on the path.
-//   - Timeouts (exchange.go): timeout (whole request, queueing included),
-//     response_start_timeout (from leaving the queue to the response
-//     headers), idle_timeout (gap between body writes). A request that
-//     times out before its response started gets 504; after, its
-//     connection is cut. Either way its slot and in-flight count are
+//   - Timeouts (exchange.go), Knative's: until the response starts,
+//     timeout (from arrival, queueing included), response_start_timeout
+//     and idle_timeout (both from leaving the queue) each answer 504; once
+//     it has started only idle_timeout (the gap between body writes)
+//     applies and cuts the connection, so a response that keeps flowing
+//     may outlive timeout. Either way the slot and in-flight count are
 //     released.
 //   - Readiness (health.go, probe.go, grpchealth.go): runs the revision's
 //     readiness probe (http, tcp, grpc health, exec) itself; with period 0,

@@ -127,40 +127,58 @@ func (x *exchange) finish() bool {
 }
 
 // dispatch marks the moment the request leaves the queue for the app: the
-// response start timeout counts from here.
+// response start timeout, and the idle timeout until the first byte, count
+// from here.
 func (x *exchange) dispatch(at time.Time) {
-	if x.h.cfg.ResponseStartTimeout > 0 {
+	if cfg := &x.h.cfg; cfg.ResponseStartTimeout > 0 || cfg.IdleTimeout > 0 {
 		x.dispatched.Store(int64(at.Sub(x.start)))
 		x.rearm(at)
 	}
 }
 
-// rearm points the timer at the earliest deadline that applies now.
+// rearm points the timer at the earliest deadline that applies now, or at
+// the next look at the client if that comes first.
 func (x *exchange) rearm(now time.Time) {
 	if d, _ := x.nextDeadline(now); d > 0 {
-		x.timer.Reset(d)
+		x.timer.Reset(min(d, clientCheckInterval))
 	}
 }
 
+// noDeadline is nextDeadline's answer when no timeout applies.
+const noDeadline = time.Duration(1<<63 - 1)
+
 // nextDeadline returns how long until the earliest timeout, and which; a
 // zero or negative duration means it has passed.
+//
+// As in Knative, the timeouts bound the wait for the response, not the
+// response: until its first byte, timeout counts from the request's
+// arrival (queueing included), response_start_timeout from its dispatch
+// to the app, and idle_timeout too (an app silent that long is as stuck
+// before its first byte as after it). Once the response has started only
+// idle_timeout applies, between writes: a stream that keeps sending (a
+// download, server-sent events, a gRPC stream) may outlive timeout, and
+// one that stops is cut. See docs/design-notes.md.
 func (x *exchange) nextDeadline(now time.Time) (time.Duration, *timeoutError) {
 	cfg := &x.h.cfg
 	elapsed := now.Sub(x.start)
-	left := cfg.Timeout - elapsed
-	kind := &x.h.timeouts.request
+	left, kind := noDeadline, (*timeoutError)(nil)
+	earlier := func(l time.Duration, k *timeoutError) {
+		if l < left {
+			left, kind = l, k
+		}
+	}
 	if !x.started.Load() {
-		if rst := cfg.ResponseStartTimeout; rst > 0 {
-			if at := x.dispatched.Load(); at >= 0 {
-				if l := time.Duration(at) + rst - elapsed; l < left {
-					left, kind = l, &x.h.timeouts.responseStart
-				}
+		earlier(cfg.Timeout-elapsed, &x.h.timeouts.request)
+		if at := x.dispatched.Load(); at >= 0 {
+			if rst := cfg.ResponseStartTimeout; rst > 0 {
+				earlier(time.Duration(at)+rst-elapsed, &x.h.timeouts.responseStart)
+			}
+			if idle := cfg.IdleTimeout; idle > 0 {
+				earlier(time.Duration(at)+idle-elapsed, &x.h.timeouts.idle)
 			}
 		}
 	} else if idle := cfg.IdleTimeout; idle > 0 {
-		if l := time.Duration(x.lastWrite.Load()) + idle - elapsed; l < left {
-			left, kind = l, &x.h.timeouts.idle
-		}
+		earlier(time.Duration(x.lastWrite.Load())+idle-elapsed, &x.h.timeouts.idle)
 	}
 	return left, kind
 }
@@ -182,7 +200,7 @@ func (x *exchange) onTimer() {
 		}
 	}
 	left, kind := x.nextDeadline(now)
-	if left <= 0 {
+	if left <= 0 && kind != nil {
 		if x.expired.CompareAndSwap(nil, kind) {
 			x.abort(kind)
 		}
@@ -330,7 +348,9 @@ func (x *exchange) Flush() {
 }
 
 // Hijack hands the client connection to the proxy for a protocol switch
-// (websocket). From here on only the whole-request timeout applies.
+// (websocket). The response has started: from here on no timeout applies
+// (the tunnel's bytes do not pass through Write), only the client check
+// and the drain.
 func (x *exchange) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(x.w).Hijack()
 	if err == nil {

@@ -309,7 +309,7 @@ func (res *h1Result) bodyError(err error) error {
 // hop-by-hop ones, and the framing and routing the sidecar redoes itself.
 func notPassedOn(k string) bool {
 	switch k {
-	case "Host", "Content-Length", "Expect", "X-Forwarded-For":
+	case "Host", "Content-Length", "Expect", "X-Forwarded-For", "Forwarded":
 		return true
 	}
 	return h1.HopByHop(k)
@@ -354,7 +354,10 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, appAddr string, chunked
 		bw.WriteString(v)
 		bw.WriteString(", ")
 	}
-	bw.WriteString(h1.ClientIP(r.RemoteAddr))
+	client := h1.ClientIP(r.RemoteAddr)
+	bw.WriteString(client)
+	bw.WriteString("\r\nForwarded: ")
+	h1.WriteForwarded(bw, r.Header, client, r.Host, "http")
 	bw.WriteString("\r\n")
 	switch {
 	case chunked:

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -93,6 +94,9 @@ func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *
 	director := func(r *http.Request) {
 		r.URL.Scheme = "http"
 		r.URL.Host = app
+		// r is the outgoing copy; its RemoteAddr is the client's. The
+		// proxy appends the client to X-Forwarded-For itself.
+		r.Header["Forwarded"] = []string{h1.Forwarded(r.Header, h1.ClientIP(r.RemoteAddr), r.Host, "http")}
 	}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	buffers := newBufferPool()

@@ -148,17 +148,42 @@ func TestTimeouts(t *testing.T) {
 			t.Fatalf("status %d, body %q, err %v: want the stream cut after chunk 1", resp.StatusCode, b, err)
 		}
 	})
-	t.Run("whole request", func(t *testing.T) {
-		// Chunks every 100 ms keep the 400 ms idle timer happy; the
-		// 900 ms request timeout cuts the stream.
-		resp, err := http.Get(r.url + "/?stream=20&interval=100ms")
+	t.Run("a flowing response outlives timeout", func(t *testing.T) {
+		// Chunks every 100 ms keep the 400 ms idle timer happy and run
+		// past the 900 ms timeout: as in Knative, timeout bounds the wait
+		// for the response, not the response, so the stream ends whole.
+		resp, err := http.Get(r.url + "/?stream=15&interval=100ms")
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err == nil || strings.Count(string(b), "chunk") >= 20 || strings.Count(string(b), "chunk") < 2 {
-			t.Fatalf("body %q err %v: want a stream cut after a few chunks", b, err)
+		if err != nil || strings.Count(string(b), "chunk") != 15 {
+			t.Fatalf("body %q err %v: want all 15 chunks", b, err)
+		}
+	})
+
+	// Without response_start_timeout, idle_timeout answers an app that
+	// stays silent before its first byte; without either, timeout does.
+	idleOnly := config(a.port)
+	idleOnly.Timeout = time.Minute
+	idleOnly.IdleTimeout = 300 * time.Millisecond
+	ri := startSidecar(t, idleOnly, sidecar.Options{})
+	ri.waitReady(t)
+	t.Run("idle before the first byte", func(t *testing.T) {
+		code, body := get(t, ri.url+"/?sleep=5s")
+		if code != http.StatusGatewayTimeout || !strings.Contains(body, "idle_timeout (300ms)") {
+			t.Fatalf("%d %q", code, body)
+		}
+	})
+	timeoutOnly := config(a.port)
+	timeoutOnly.Timeout = 300 * time.Millisecond
+	rt := startSidecar(t, timeoutOnly, sidecar.Options{})
+	rt.waitReady(t)
+	t.Run("timeout before the first byte", func(t *testing.T) {
+		code, body := get(t, rt.url+"/?sleep=5s")
+		if code != http.StatusGatewayTimeout || !strings.Contains(body, "timeout") {
+			t.Fatalf("%d %q", code, body)
 		}
 	})
 	// Every timed-out request released its slot and its in-flight count.
@@ -166,10 +191,15 @@ func TestTimeouts(t *testing.T) {
 	if code, _ := get(t, r.url+"/"); code != 200 {
 		t.Fatalf("after the timeouts a plain request got %d", code)
 	}
-	_, metrics := get(t, r.adminURL+"/metrics")
-	for _, kind := range []string{"response_start", "idle", "request"} {
-		if !strings.Contains(metrics, `timeout="`+kind+`"} `) || strings.Contains(metrics, `timeout="`+kind+`"} 0`) {
-			t.Errorf("timeout %s not counted:\n%s", kind, grepLines(metrics, "timeouts_total"))
+	for _, c := range []struct {
+		r     *running
+		kinds []string
+	}{{r, []string{"response_start", "idle"}}, {ri, []string{"idle"}}, {rt, []string{"request"}}} {
+		_, metrics := get(t, c.r.adminURL+"/metrics")
+		for _, kind := range c.kinds {
+			if !strings.Contains(metrics, `timeout="`+kind+`"} `) || strings.Contains(metrics, `timeout="`+kind+`"} 0`) {
+				t.Errorf("timeout %s not counted:\n%s", kind, grepLines(metrics, "timeouts_total"))
+			}
 		}
 	}
 }
