@@ -31,6 +31,7 @@ var Floors = map[string]int{
 	"activator":            40,
 	"dev/devagents":        50,
 	"dev/localcluster":     50,
+	"install":              50,
 	"cmd/nomad-serverless": 70,
 
 	// Test machinery: above everything that ships, so it may use it; a
