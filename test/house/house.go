@@ -32,6 +32,7 @@ var Floors = map[string]int{
 	"dev/devagents":        50,
 	"dev/localcluster":     50,
 	"install":              50,
+	"controlplane":         50,
 	"cmd/nomad-serverless": 70,
 
 	// Test machinery: above everything that ships, so it may use it; a
