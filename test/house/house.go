@@ -33,6 +33,7 @@ var Floors = map[string]int{
 	"dev/localcluster":     50,
 	"install":              50,
 	"controlplane":         50,
+	"rollout":              50,
 	"cmd/nomad-serverless": 70,
 
 	// Test machinery: above everything that ships, so it may use it; a
