@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -148,7 +150,11 @@ func (it *integ) scenarioZeroAndWake(t *testing.T, g *serveProc) {
 	it.waitAsleep(t, "hello-00001", g)
 	// While it has no instance, serve stands in for it in Consul, with the
 	// revision's tags, so a proxy configured by them routes to it.
-	gwPort, err := devListenPort(g.listen)
+	_, portText, err := net.SplitHostPort(g.listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwPort, err := strconv.Atoi(portText)
 	if err != nil {
 		t.Fatal(err)
 	}

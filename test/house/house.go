@@ -34,6 +34,7 @@ var Floors = map[string]int{
 	"install":              50,
 	"controlplane":         50,
 	"rollout":              50,
+	"dev":                  60, // over dev/devagents and dev/localcluster
 	"cmd/nomad-serverless": 70,
 
 	// Test machinery: above everything that ships, so it may use it; a
