@@ -47,11 +47,7 @@ service is invalid.
 		fmt.Fprintln(e.stderr, "Nothing was deployed.")
 		return exitError
 	}
-	nomad, err := newNomad()
-	if err != nil {
-		return errorLine(e, "deploy", err)
-	}
-	consul, err := newConsul()
+	nomad, consul, err := newClients()
 	if err != nil {
 		return errorLine(e, "deploy", err)
 	}

@@ -8,8 +8,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/rollout"
 )
 
@@ -23,20 +21,6 @@ func newInspector() (*rollout.Inspector, error) {
 		return nil, err
 	}
 	return rollout.NewInspector(nomad, consul, time.Now()), nil
-}
-
-// newClients are the Nomad and Consul clients configured from the
-// environment.
-func newClients() (*nomadjob.Client, *consulroute.Client, error) {
-	nomad, err := newNomad()
-	if err != nil {
-		return nil, nil, err
-	}
-	consul, err := newConsul()
-	if err != nil {
-		return nil, nil, err
-	}
-	return nomad, consul, nil
 }
 
 // writeJSON prints v indented.
