@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -34,22 +35,6 @@ func installRun(t *testing.T, getenv map[string]string, args ...string) (code in
 	return code, out.String(), errb.String()
 }
 
-// installDecodeJob reads the {"Job": ...} JSON install prints back into
-// api.Job, as Nomad would.
-func installDecodeJob(t *testing.T, text string) *api.Job {
-	t.Helper()
-	var wrapper struct{ Job *api.Job }
-	dec := json.NewDecoder(strings.NewReader(text))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&wrapper); err != nil {
-		t.Fatalf("install's JSON does not decode as a Nomad job: %v\n%s", err, text)
-	}
-	if wrapper.Job == nil {
-		t.Fatalf("no Job in install's output:\n%s", text)
-	}
-	return wrapper.Job
-}
-
 // TestInstallOutputs: -out writes the job and the policies and lists them,
 // stdout prints the same job without -out, in either format, and
 // -policies-only prints only the policies.
@@ -59,16 +44,24 @@ func TestInstallOutputs(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("install -out: exit %d\n%s", code, stderr)
 	}
-	written := strings.Fields(stdout)
-	want := []string{
-		filepath.Join(dir, "nomad-serverless.nomad.json"),
-		filepath.Join(dir, "policies", "nomad-control-plane.policy.hcl"),
-		filepath.Join(dir, "policies", "nomad-deploy.policy.hcl"),
-		filepath.Join(dir, "policies", "consul-control-plane.policy.hcl"),
-		filepath.Join(dir, "policies", "consul-deploy.policy.hcl"),
+	// It lists every file it wrote, the job first (package install tests
+	// which files those are).
+	var files []string
+	if err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, path)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
-	if !slices.Equal(written, want) {
-		t.Fatalf("files written:\n%v\nwant\n%v", written, want)
+	written := strings.Fields(stdout)
+	if len(files) != 5 || len(written) != len(files) || !slices.Equal(slices.Sorted(slices.Values(written)), files) {
+		t.Fatalf("files listed:\n%v\nwritten\n%v", written, files)
+	}
+	want := []string{filepath.Join(dir, "nomad-serverless.nomad.json")}
+	if written[0] != want[0] {
+		t.Errorf("the job file %s is not listed first: %v", want[0], written)
 	}
 	// The job file is what stdout prints without -out, and what package
 	// install renders (its golden files are in deploy/).
@@ -109,53 +102,51 @@ func TestInstallOutputs(t *testing.T) {
 	}
 }
 
-// TestInstallFlags: the flags reach the job.
+// TestInstallFlags: the flags reach the job: install prints what package
+// install renders for the options they set.
 func TestInstallFlags(t *testing.T) {
-	code, stdout, stderr := installRun(t, nil,
-		"-replicas", "3", "-domain", "apps.example.org", "-gateway-port", "80", "-admin-port", "9090",
-		"-namespace", "platform", "-datacenters", "dc1, dc2", "-region", "eu")
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	job := installDecodeJob(t, stdout)
-	if *job.ID != "nomad-serverless" || *job.Namespace != "platform" || *job.Region != "eu" {
-		t.Errorf("job ID/namespace/region = %s/%s/%s", *job.ID, *job.Namespace, *job.Region)
-	}
-	if !slices.Equal(job.Datacenters, []string{"dc1", "dc2"}) {
-		t.Errorf("datacenters = %v", job.Datacenters)
-	}
-	g := job.TaskGroups[0]
-	if *g.Count != 3 {
-		t.Errorf("count = %d, want 3 (-replicas)", *g.Count)
-	}
-	ports := map[string]int{}
-	for _, p := range g.Networks[0].ReservedPorts {
-		ports[p.Label] = p.Value
-	}
-	if ports["gateway"] != 80 || ports["admin"] != 9090 {
-		t.Errorf("static ports = %v", ports)
-	}
-	if task := g.Tasks[0]; task.Config["image"] != install.DefaultImage(version) || !strings.Contains(strings.Join(installTestStrings(task.Config["args"]), " "), "-domain apps.example.org") {
-		t.Errorf("task config = %v", task.Config)
-	}
-
-	code, stdout, stderr = installRun(t, nil, "-nomad-auth", "variable", "-nomad-addr", "https://nomad.service.consul:4646", "-job", "ns-cp", "-consul-addr", "10.0.0.1:8500")
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	task := installDecodeJob(t, stdout).TaskGroups[0].Tasks[0]
-	if task.Env["NOMAD_ADDR"] != "https://nomad.service.consul:4646" || task.Env["CONSUL_HTTP_ADDR"] != "10.0.0.1:8500" ||
-		len(task.Templates) != 1 || !strings.Contains(*task.Templates[0].EmbeddedTmpl, `nomadVar "nomad/jobs/ns-cp"`) {
-		t.Errorf("env %v, templates %+v", task.Env, task.Templates)
-	}
-
-	url := "https://releases.example.com/nomad-serverless_linux_amd64.tar.gz"
-	code, stdout, stderr = installRun(t, nil, "-artifact", url)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	if task := installDecodeJob(t, stdout).TaskGroups[0].Tasks[0]; task.Driver != "exec" || len(task.Artifacts) != 1 || *task.Artifacts[0].GetterSource != url {
-		t.Fatalf("driver %s artifacts %+v", task.Driver, task.Artifacts)
+	for _, tc := range []struct {
+		args []string
+		set  func(*install.Options)
+	}{
+		{
+			[]string{"-replicas", "3", "-domain", "apps.example.org", "-gateway-port", "80", "-admin-port", "9090",
+				"-namespace", "platform", "-datacenters", "dc1, dc2", "-region", "eu"},
+			func(o *install.Options) {
+				o.Replicas, o.Domain, o.GatewayPort, o.AdminPort = 3, "apps.example.org", 80, 9090
+				o.Namespace, o.Datacenters, o.Region = "platform", []string{"dc1", "dc2"}, "eu"
+			},
+		},
+		{
+			[]string{"-nomad-auth", "variable", "-nomad-addr", "https://nomad.service.consul:4646", "-job", "ns-cp", "-consul-addr", "10.0.0.1:8500"},
+			func(o *install.Options) {
+				o.NomadAuth, o.NomadAddr, o.JobName, o.ConsulAddr = install.AuthVariable, "https://nomad.service.consul:4646", "ns-cp", "10.0.0.1:8500"
+			},
+		},
+		{
+			[]string{"-artifact", "https://releases.example.com/nomad-serverless_linux_amd64.tar.gz", "-cpu", "200", "-memory", "128", "-service-namespace", "*"},
+			func(o *install.Options) {
+				o.Artifact, o.CPU, o.MemoryMB, o.ServiceNamespace = "https://releases.example.com/nomad-serverless_linux_amd64.tar.gz", 200, 128, "*"
+			},
+		},
+		{
+			[]string{"-image", "registry.example/ns:1", "-consul-auth", "none"},
+			func(o *install.Options) { o.Image, o.ConsulAuth = "registry.example/ns:1", install.AuthNone },
+		},
+	} {
+		code, stdout, stderr := installRun(t, nil, tc.args...)
+		if code != exitOK {
+			t.Fatalf("install %v: exit %d: %s", tc.args, code, stderr)
+		}
+		o := install.Defaults()
+		tc.set(&o)
+		want, err := install.Render(install.Job(o, version), "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stdout != string(want) {
+			t.Errorf("install %v prints another job than the options it sets:\n--- got\n%s\n--- want\n%s", tc.args, stdout, want)
+		}
 	}
 }
 
@@ -256,13 +247,4 @@ func TestInstallApplyReportsRefusal(t *testing.T) {
 			t.Errorf("error lacks %q: %s", want, stderr)
 		}
 	}
-}
-
-func installTestStrings(v any) []string {
-	list, _ := v.([]any)
-	out := make([]string, len(list))
-	for i, x := range list {
-		out[i], _ = x.(string)
-	}
-	return out
 }
