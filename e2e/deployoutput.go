@@ -7,7 +7,7 @@ import (
 )
 
 // DeployOutput is what `nomad-serverless deploy` printed, read back line by
-// line (the formats of cmd/nomad-serverless/deploy.go). Progress lines and
+// line (the formats of rollout/deploy.go). Progress lines and
 // anything unknown are skipped.
 type DeployOutput struct {
 	Text string

@@ -363,7 +363,7 @@ func TestUnitChainSummary(t *testing.T) {
 }
 
 // TestUnitParseDeployOutput reads what deploy prints (its formats in
-// cmd/nomad-serverless/deploy.go), progress lines included.
+// rollout/deploy.go), progress lines included.
 func TestUnitParseDeployOutput(t *testing.T) {
 	text := strings.Join([]string{
 		"e2e-split-00002: registered (generation 2)",

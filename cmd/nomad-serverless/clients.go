@@ -32,6 +32,20 @@ func newConsul(opts ...consulroute.Option) (*consulroute.Client, error) {
 	return c, nil
 }
 
+// newClients are the Nomad and Consul clients configured from the
+// environment.
+func newClients() (*nomadjob.Client, *consulroute.Client, error) {
+	nomad, err := newNomad()
+	if err != nil {
+		return nil, nil, err
+	}
+	consul, err := newConsul()
+	if err != nil {
+		return nil, nil, err
+	}
+	return nomad, consul, nil
+}
+
 // isTerminal reports whether w is a terminal, for progress that rewrites one
 // line instead of printing many.
 func isTerminal(w any) bool {

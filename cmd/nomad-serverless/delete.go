@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 
-	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/rollout"
 )
 
 func runDelete(ctx context.Context, e *env, args []string) int {
@@ -21,44 +19,16 @@ nothing routes to it, then every revision job (purged from Nomad).
 	if !ok {
 		return exitUsage
 	}
-	nomad, err := newNomad()
+	nomad, consul, err := newClients()
 	if err != nil {
 		return errorLine(e, "delete", err)
 	}
-	consul, err := newConsul()
-	if err != nil {
-		return errorLine(e, "delete", err)
-	}
-	revs, err := nomad.Revisions(ctx, *namespace, service)
-	if err != nil {
-		return errorLine(e, "delete", err)
-	}
-	routeErr := consul.Delete(ctx, *namespace, service)
-	switch {
-	case routeErr == nil:
-		fmt.Fprintf(e.stdout, "%s: route removed from Consul\n", service)
-	case errors.Is(routeErr, consulroute.ErrNotFound):
-		if len(revs) == 0 {
-			fmt.Fprintf(e.stderr, "nomad-serverless delete: service %q not found in namespace %s (nothing in Nomad or Consul)\n", service, *namespace)
-			return exitError
-		}
+	switch err := rollout.Delete(ctx, nomad, consul, *namespace, service, e.stdout, e.stderr); {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, rollout.ErrFailed):
+		return exitError // said on stderr
 	default:
-		// Keep the jobs: purging them under a live route would leave
-		// traffic pointing at nothing.
-		return errorLine(e, "delete", fmt.Errorf("%w\nNo revision was purged; run delete again", routeErr))
+		return errorLine(e, "delete", err)
 	}
-	failed := false
-	for _, r := range revs {
-		if err := nomad.Purge(ctx, r.Name); err != nil && !errors.Is(err, nomadjob.ErrNotFound) {
-			fmt.Fprintf(e.stderr, "nomad-serverless delete: %v\n", err)
-			failed = true
-			continue
-		}
-		fmt.Fprintf(e.stdout, "%s: purged from Nomad\n", r.Name)
-	}
-	if failed {
-		fmt.Fprintln(e.stderr, "Some revisions were not purged; run delete again.")
-		return exitError
-	}
-	return exitOK
 }

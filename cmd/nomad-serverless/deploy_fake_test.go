@@ -15,6 +15,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/rollout"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
@@ -104,7 +105,7 @@ func TestStatusOfAServiceWithoutARoute(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status: %d\n%s%s", code, out, errs)
 	}
-	var v serviceView
+	var v rollout.ServiceView
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatal(err)
 	}

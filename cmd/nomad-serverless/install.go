@@ -1,20 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/install"
 )
 
 const installUsage = `Usage: nomad-serverless install [options]
@@ -29,7 +24,7 @@ Options:
 
 // runInstall renders (and with -apply registers) the control plane's job.
 func runInstall(ctx context.Context, e *env, args []string) int {
-	o := installDefaults()
+	o := install.Defaults()
 	fs := newFlagSet(e, "install", installUsage)
 	var datacenters, format, out string
 	var policiesOnly, apply bool
@@ -42,7 +37,7 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&o.Domain, "domain", o.Domain, "domain of service hosts: <service>.<namespace>.<domain>")
 	fs.IntVar(&o.GatewayPort, "gateway-port", o.GatewayPort, "static port of the gateway on each node")
 	fs.IntVar(&o.AdminPort, "admin-port", o.AdminPort, "static port of the admin API (health, metrics) on each node")
-	fs.StringVar(&o.Image, "image", "", "Docker image of nomad-serverless (docker driver; default "+installDefaultImage(version)+")")
+	fs.StringVar(&o.Image, "image", "", "Docker image of nomad-serverless (docker driver; default "+install.DefaultImage(version)+")")
 	fs.StringVar(&o.Artifact, "artifact", "", "URL of a nomad-serverless binary or archive (exec driver) instead of an image")
 	fs.StringVar(&o.NomadAuth, "nomad-auth", o.NomadAuth, "how serve authenticates to Nomad: identity (Nomad 1.7+ workload identity and task API socket), variable (token in the job's Nomad Variable) or none")
 	fs.StringVar(&o.NomadAddr, "nomad-addr", "", "Nomad address for -nomad-auth variable or none, e.g. http://${attr.unique.network.ip-address}:4646")
@@ -69,14 +64,14 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "nomad-serverless install: -format %q: want json or hcl\n", format)
 		return exitUsage
 	}
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		fmt.Fprintf(e.stderr, "nomad-serverless install: %v\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return exitUsage
 	}
 
-	job := installJob(o, version)
-	policies := installPolicies(o)
-	jobText, err := installRenderJob(job, format)
+	job := install.Job(o, version)
+	policies := install.Policies(o)
+	jobText, err := install.Render(job, format)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "nomad-serverless install: render job: %v\n", err)
 		return exitError
@@ -84,7 +79,7 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 
 	switch {
 	case out != "":
-		files, err := installWriteFiles(out, o, format, jobText, policies)
+		files, err := install.WriteFiles(out, o, format, jobText, policies)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "nomad-serverless install: %v\n", err)
 			return exitError
@@ -111,7 +106,7 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stdout, "Registered job %s in namespace %s with %d replicas.\n", o.JobName, o.Namespace, o.Replicas)
 	}
 	if !policiesOnly {
-		installNextSteps(e.stderr, o, policies, out)
+		install.NextSteps(e.stderr, o, policies, out)
 	}
 	return exitOK
 }
@@ -124,112 +119,6 @@ func installSplitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// installRenderJob renders the job as API JSON ({"Job": ...}, accepted by
-// `nomad job run -json` and POST /v1/jobs) or as a jobspec (`nomad job
-// run`), which nomadjob.FormatHCL checks holds every field of the job.
-func installRenderJob(job *api.Job, format string) ([]byte, error) {
-	if format == "hcl" {
-		return nomadjob.FormatHCL(job)
-	}
-	return installJobJSON(job)
-}
-
-// installJobJSON marshals {"Job": job} with null fields left out, keys sorted
-// and indented, so the output is stable and reads like a hand-written file.
-func installJobJSON(job *api.Job) ([]byte, error) {
-	raw, err := json.Marshal(map[string]any{"Job": job})
-	if err != nil {
-		return nil, err
-	}
-	var v any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber() // keep durations (nanoseconds) exact
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	b, err := json.MarshalIndent(installDropNulls(v), "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-// installDropNulls removes null, "" and false members and the objects and
-// arrays they leave empty. Nomad reads a missing field as null, which for
-// these is the same as the value dropped (no pointer field of api.Job defaults
-// to true or to a non-empty string when unset). Numbers stay: a pointer int
-// set to 0 (max_parallel = 0) means something else than unset.
-func installDropNulls(v any) any {
-	switch t := v.(type) {
-	case string:
-		if t == "" {
-			return nil
-		}
-		return t
-	case bool:
-		if !t {
-			return nil
-		}
-		return t
-	case map[string]any:
-		for k, x := range t {
-			x = installDropNulls(x)
-			if x == nil {
-				delete(t, k)
-				continue
-			}
-			t[k] = x
-		}
-		if len(t) == 0 {
-			return nil
-		}
-		return t
-	case []any:
-		out := t[:0]
-		for _, x := range t {
-			if x = installDropNulls(x); x != nil {
-				out = append(out, x)
-			}
-		}
-		if len(out) == 0 {
-			return nil
-		}
-		return out
-	default:
-		return v
-	}
-}
-
-// installWriteFiles writes the job and the policies into dir and returns the
-// paths written.
-func installWriteFiles(dir string, o installOptions, format string, jobText []byte, policies []installPolicy) ([]string, error) {
-	if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o755); err != nil {
-		return nil, fmt.Errorf("write files: %w", err)
-	}
-	ext := ".nomad.json"
-	if format == "hcl" {
-		ext = ".nomad.hcl"
-	}
-	files := []struct {
-		path string
-		data []byte
-	}{{filepath.Join(dir, o.JobName+ext), jobText}}
-	for _, p := range policies {
-		files = append(files, struct {
-			path string
-			data []byte
-		}{filepath.Join(dir, "policies", p.File), []byte(p.Rules)})
-	}
-	var written []string
-	for _, f := range files {
-		if err := os.WriteFile(f.path, f.data, 0o644); err != nil {
-			return written, fmt.Errorf("write %s: %w", f.path, err)
-		}
-		written = append(written, f.path)
-	}
-	return written, nil
 }
 
 // installApply registers the job with the Nomad the environment points at.
@@ -271,35 +160,4 @@ func installNomadClient(getenv func(string) string) (*api.Client, string, error)
 		return nil, cfg.Address, fmt.Errorf("Nomad client for %s: %w", cfg.Address, err)
 	}
 	return client, cfg.Address, nil
-}
-
-// installNextSteps tells the operator what is left: tokens into the job's
-// Variable and the policies into Nomad and Consul.
-func installNextSteps(w io.Writer, o installOptions, policies []installPolicy, out string) {
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Next steps on a cluster with ACLs (see deploy/README.md):")
-	for _, p := range policies {
-		file := p.File
-		if out != "" {
-			file = filepath.Join(out, "policies", p.File)
-		}
-		switch {
-		case p.System == "nomad" && p.Name == "nomad-serverless-control-plane" && o.NomadAuth == installAuthIdentity:
-			fmt.Fprintf(w, "  nomad acl policy apply -namespace %s -job %s %s %s\n", o.Namespace, o.JobName, p.Name, file)
-		case p.System == "nomad":
-			fmt.Fprintf(w, "  nomad acl policy apply -description %q %s %s\n", p.Description, p.Name, file)
-		default:
-			fmt.Fprintf(w, "  consul acl policy create -name %s -description %q -rules @%s\n", p.Name, p.Description, file)
-		}
-	}
-	var items []string
-	if o.NomadAuth == installAuthVariable {
-		items = append(items, installVarNomadToken+"=<token with nomad-serverless-control-plane>")
-	}
-	if o.ConsulAuth == installAuthVariable {
-		items = append(items, installVarConsulToken+"=<token with nomad-serverless-control-plane>")
-	}
-	if len(items) > 0 {
-		fmt.Fprintf(w, "  nomad var put -namespace %s %s %s\n", o.Namespace, o.variablePath(), strings.Join(items, " "))
-	}
 }

@@ -2,13 +2,16 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/rollout"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
 )
@@ -147,7 +150,11 @@ func (it *integ) scenarioZeroAndWake(t *testing.T, g *serveProc) {
 	it.waitAsleep(t, "hello-00001", g)
 	// While it has no instance, serve stands in for it in Consul, with the
 	// revision's tags, so a proxy configured by them routes to it.
-	gwPort, err := devListenPort(g.listen)
+	_, portText, err := net.SplitHostPort(g.listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwPort, err := strconv.Atoi(portText)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +260,7 @@ func (it *integ) scenarioNewRevisionAndTraffic(t *testing.T, g *serveProc) {
 	}
 	t.Logf("load during the traffic changes: %d requests, answers %v", sent, apps)
 
-	var st serviceView
+	var st rollout.ServiceView
 	it.cliJSON(&st, "status", "hello", "-json")
 	if st.Service != "hello" || st.Namespace != "default" || st.Latest != "hello-00002" {
 		t.Errorf("status: service %q namespace %q latest %q", st.Service, st.Namespace, st.Latest)
@@ -264,7 +271,7 @@ func (it *integ) scenarioNewRevisionAndTraffic(t *testing.T, g *serveProc) {
 	if len(st.URLs) == 0 || st.URLs[0] != "http://hello.default.localhost/" {
 		t.Errorf("status URLs %v, want http://hello.default.localhost/ first", st.URLs)
 	}
-	rows := map[string]revisionRow{}
+	rows := map[string]rollout.RevisionRow{}
 	for _, row := range st.Revisions {
 		rows[row.Revision] = row
 	}
@@ -278,7 +285,7 @@ func (it *integ) scenarioNewRevisionAndTraffic(t *testing.T, g *serveProc) {
 		t.Errorf("status revisions %+v, want hello-00002 then hello-00001", st.Revisions)
 	}
 
-	var revs []revisionRow
+	var revs []rollout.RevisionRow
 	it.cliJSON(&revs, "revisions", "hello", "-json")
 	if len(revs) != 2 || revs[0].Revision != "hello-00002" || revs[1].Revision != "hello-00001" || revs[0].Percent != 100 || !revs[0].Latest {
 		t.Errorf("revisions -json: %+v", revs)
@@ -331,7 +338,7 @@ func (it *integ) scenarioTag(t *testing.T, g *serveProc) {
 			t.Fatalf("the plain host after tagging: %s, want v2", r)
 		}
 	}
-	var st serviceView
+	var st rollout.ServiceView
 	it.cliJSON(&st, "status", "hello", "-json")
 	if st.Route.Tags["old"] != "hello-00001" || !slices.Contains(st.URLs, "http://old-hello.default.localhost/") {
 		t.Errorf("status after tagging: route %+v urls %v", st.Route, st.URLs)
@@ -515,7 +522,7 @@ func (it *integ) scenarioCannotStart(t *testing.T, g *serveProc) {
 	if calls := c.Nomad.ScaleRequests("hello-00003"); len(calls) != 1 {
 		t.Errorf("the stopped revision was scaled again: %s", describeScales(calls))
 	}
-	var revs []revisionRow
+	var revs []rollout.RevisionRow
 	it.cliJSON(&revs, "revisions", "hello", "-json")
 	if len(revs) == 0 || revs[0].Revision != "hello-00003" || !revs[0].Stopped {
 		t.Errorf("revisions after the failed deploy: %+v, want hello-00003 first and stopped", revs)
@@ -538,7 +545,7 @@ func (it *integ) scenarioCannotStart(t *testing.T, g *serveProc) {
 	if job := c.Nomad.Job("default", "hello-00004"); job == nil || !*job.Stop {
 		t.Errorf("the never-ready revision's job is not stopped: %+v", job)
 	}
-	var st serviceView
+	var st rollout.ServiceView
 	it.cliJSON(&st, "status", "hello", "-json")
 	if st.Latest != "hello-00002" || len(st.Route.Splits) != 1 || st.Route.Splits[0].Revision != "hello-00002" {
 		t.Errorf("after a failed deploy the route moved: latest %q route %+v", st.Latest, st.Route)
@@ -575,7 +582,7 @@ func (it *integ) scenarioInPlace(t *testing.T, g *serveProc) {
 			t.Errorf("a scaling-only change made a new revision")
 		}
 	}
-	var revs []revisionRow
+	var revs []rollout.RevisionRow
 	it.cliJSON(&revs, "revisions", "hello", "-json")
 	if len(revs) != 4 {
 		t.Errorf("revisions after the in-place change: %+v, want 4 (2 stopped)", revs)

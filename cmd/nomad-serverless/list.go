@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/nomad-serverless/nomad-serverless/rollout"
 )
 
 // listRow is one service as `list` shows it.
@@ -35,24 +37,24 @@ Lists every service: URL, latest revision, traffic and instances.
 		fs.Usage()
 		return exitUsage
 	}
-	in, err := newInspector()
+	nomad, consul, err := newClients()
 	if err != nil {
 		return errorLine(e, "list", err)
 	}
-	recs, err := in.consul.Records(ctx)
+	recs, err := consul.Records(ctx)
 	if err != nil {
 		return errorLine(e, "list", err)
 	}
-	revs, _, err := in.nomad.AllRevisions(ctx)
+	revs, _, err := nomad.AllRevisions(ctx)
 	if err != nil {
 		return errorLine(e, "list", err)
 	}
-	gws, _ := in.consul.Gateways(ctx)
+	gws, _ := consul.Gateways(ctx)
 
 	rows := map[string]*listRow{}
 	key := func(ns, svc string) string { return ns + "/" + svc }
 	for _, rec := range recs {
-		r := &listRow{Service: rec.Service.Name, Namespace: rec.Namespace(), Latest: rec.Latest, Traffic: describeTraffic(rec)}
+		r := &listRow{Service: rec.Service.Name, Namespace: rec.Namespace(), Latest: rec.Latest, Traffic: rollout.DescribeTraffic(rec)}
 		if len(gws) > 0 {
 			r.URL = fmt.Sprintf("http://%s.%s.%s/", r.Service, r.Namespace, gws[0].Domain)
 		}

@@ -325,3 +325,11 @@ func (l *logsRun) follow1(ctx context.Context, revision string, req nomadjob.Log
 	}
 	return err
 }
+
+// shortID is an allocation ID's first 8 characters, as Nomad's CLI shows it.
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/rollout"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -53,13 +53,13 @@ from -generation, since only the cluster knows the next one.
 	}
 	var out []renderedService
 	for _, ps := range parsed {
-		svc := ps.service()
+		svc := ps.Spec()
 		rev := spec.NewRevision(svc, *generation)
 		job, err := nomadjob.Compile(rev, opts)
 		if err != nil {
 			return errorLine(e, "render", fmt.Errorf("compile %s: %w", rev.Name(), err))
 		}
-		rec := consulroute.Record{Service: *svc, Latest: rev.Name(), Revisions: mergeRevisions(nil, rev.Name(), svc.Traffic)}
+		rec := consulroute.Record{Service: *svc, Latest: rev.Name(), Revisions: rollout.MergeRevisions(nil, rev.Name(), svc.Traffic)}
 		route, err := rec.Route()
 		if err != nil {
 			return errorLine(e, "render", err)
@@ -79,7 +79,7 @@ from -generation, since only the cluster knows the next one.
 			if i > 0 {
 				fmt.Fprintln(e.stdout)
 			}
-			fmt.Fprintf(e.stdout, "# %s: revision %s (route: %s)\n", r.Service, r.Revision, describeRoute(r.Route))
+			fmt.Fprintf(e.stdout, "# %s: revision %s (route: %s)\n", r.Service, r.Revision, rollout.DescribeRoute(r.Route))
 			_, _ = e.stdout.Write(b)
 		}
 		return exitOK
@@ -88,17 +88,4 @@ from -generation, since only the cluster knows the next one.
 		return errorLine(e, "render", err)
 	}
 	return exitOK
-}
-
-// describeRoute is a route on one line, as deploy, traffic, render and
-// status print it: "hello-00001 90%, hello-00002 10%, tag old -> hello-00001".
-func describeRoute(r consulroute.Route) string {
-	parts := make([]string, 0, len(r.Splits)+len(r.Tags))
-	for _, sp := range r.Splits {
-		parts = append(parts, fmt.Sprintf("%s %d%%", sp.Revision, sp.Percent))
-	}
-	for _, tag := range sortedTags(r.Tags) {
-		parts = append(parts, fmt.Sprintf("tag %s -> %s", tag, r.Tags[tag]))
-	}
-	return strings.Join(parts, ", ")
 }

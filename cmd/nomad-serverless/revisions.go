@@ -22,7 +22,7 @@ garbage collection keeps each one and why.
 	if err != nil {
 		return errorLine(e, "revisions", err)
 	}
-	v, err := in.view(ctx, *namespace, service, nil, false)
+	v, err := in.View(ctx, *namespace, service, nil, false)
 	if err != nil {
 		return errorLine(e, "revisions", err)
 	}
@@ -46,7 +46,7 @@ garbage collection keeps each one and why.
 		if r.Stopped {
 			inst = "stopped"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\n", r.Revision, r.Generation, ago(in.now, r.Created), inst, r.Ready, trafficCell(r), kept)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\n", r.Revision, r.Generation, ago(in.Now(), r.Created), inst, r.Ready, trafficCell(r), kept)
 	}
 	_ = tw.Flush()
 	return exitOK

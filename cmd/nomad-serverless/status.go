@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
+
+	"github.com/nomad-serverless/nomad-serverless/rollout"
 )
 
 func runStatus(ctx context.Context, e *env, args []string) int {
@@ -24,8 +25,8 @@ instances with the autoscaler's view (stable and panic values, last reason).
 	if err != nil {
 		return errorLine(e, "status", err)
 	}
-	states := in.autoscalerStates(ctx, service)
-	v, err := in.view(ctx, *namespace, service, states, true)
+	states := in.AutoscalerStates(ctx, service)
+	v, err := in.View(ctx, *namespace, service, states, true)
 	if err != nil {
 		return errorLine(e, "status", err)
 	}
@@ -42,7 +43,7 @@ instances with the autoscaler's view (stable and panic values, last reason).
 		fmt.Fprintf(e.stdout, "URLs:      %s\n", strings.Join(v.URLs, "  "))
 	}
 	fmt.Fprintf(e.stdout, "Latest:    %s\n", orDash(v.Latest))
-	fmt.Fprintf(e.stdout, "Route:     %s\n", orDash(describeRoute(v.Route)))
+	fmt.Fprintf(e.stdout, "Route:     %s\n", orDash(rollout.DescribeRoute(v.Route)))
 	if len(states) == 0 {
 		fmt.Fprintln(e.stdout, "Autoscaler: no leader answered (is `nomad-serverless serve` running?); last reasons come from Nomad's scaling events")
 	}
@@ -78,13 +79,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func sortedTags(tags map[string]string) []string {
-	out := make([]string, 0, len(tags))
-	for t := range tags {
-		out = append(out, t)
-	}
-	slices.Sort(out)
-	return out
 }

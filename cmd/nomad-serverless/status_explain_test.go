@@ -2,74 +2,20 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"strings"
 	"testing"
 
-	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/rollout"
 )
 
-type fakeInstances struct {
-	allocs map[string][]nomadjob.Allocation
-	health map[string][]consulroute.InstanceHealth
-	err    error
-}
-
-func (f fakeInstances) Allocations(_ context.Context, rev string) ([]nomadjob.Allocation, error) {
-	return f.allocs[rev], f.err
-}
-
-func (f fakeInstances) Health(_ context.Context, rev string) ([]consulroute.InstanceHealth, error) {
-	return f.health[rev], nil
-}
-
-// status explains each revision Nomad runs with fewer ready instances than
-// asked, from what Nomad and Consul say, and nothing else.
-func TestExplainNotReady(t *testing.T) {
-	v := serviceView{Service: "hello", Revisions: []revisionRow{
-		{Revision: "hello-00005", Desired: 1},                // crashed
-		{Revision: "hello-00004", Desired: 2, Ready: 1},      // one not ready: its check says why
-		{Revision: "hello-00003", Desired: 1},                // never placed
-		{Revision: "hello-00002", Desired: 1, Ready: 1},      // fine
-		{Revision: "hello-00001", Desired: 1, Stopped: true}, // stopped: not run
-		{Revision: "hello-00006", Desired: 0},                // at zero
-	}}
-	f := fakeInstances{
-		allocs: map[string][]nomadjob.Allocation{
-			"hello-00005": {{ID: "aaaaaaaa-1", ClientStatus: "failed", DesiredStatus: "run", Failure: "task user: Exit 1: crashed on start"}},
-			"hello-00004": {
-				{ID: "bbbbbbbb-1", ClientStatus: "running", DesiredStatus: "run", Running: true},
-				{ID: "cccccccc-1", ClientStatus: "running", DesiredStatus: "run", Running: true, Failure: "task user: restarting (2 restarts)"},
-			},
-		},
-		health: map[string][]consulroute.InstanceHealth{
-			"hello-00004": {
-				{Instance: consulroute.Instance{ID: "_nomad-task-bbbbbbbb"}, Passing: true, Output: "ok"},
-				{Instance: consulroute.Instance{ID: "_nomad-task-cccccccc"}, Status: "critical", Output: "readiness: GET /healthz: 503 warming up\nmore"},
-			},
-		},
+// status writes rollout.ExplainNotReady's explanations under its table,
+// one line a revision and one a failing check; nothing when all is ready.
+func TestWriteNotReady(t *testing.T) {
+	nrs := []rollout.NotReady{
+		{Revision: "hello-00005", Desired: 1, Reason: "allocation aaaaaaaa: task user: Exit 1: crashed on start"},
+		{Revision: "hello-00004", Desired: 2, Ready: 1, Reason: "allocations 2 running; allocation cccccccc: task user: restarting (2 restarts)",
+			Checks: []string{"check on _nomad-task-cccccccc: readiness: GET /healthz: 503 warming up"}},
 	}
-	nrs := explainNotReady(context.Background(), f, v)
-	if len(nrs) != 3 {
-		t.Fatalf("explained %+v", nrs)
-	}
-	want := []struct{ rev, reason, check string }{
-		{"hello-00005", "allocation aaaaaaaa: task user: Exit 1: crashed on start", ""},
-		{"hello-00004", "allocations 2 running; allocation cccccccc: task user: restarting (2 restarts)", "check on _nomad-task-cccccccc: readiness: GET /healthz: 503 warming up"},
-		{"hello-00003", "no allocations yet (Nomad has not placed any: see `nomad job status hello-00003` for placement failures)", ""},
-	}
-	for i, w := range want {
-		nr := nrs[i]
-		if nr.Revision != w.rev || nr.Reason != w.reason {
-			t.Errorf("%d: %s: %q, want %s: %q", i, nr.Revision, nr.Reason, w.rev, w.reason)
-		}
-		if got := strings.Join(nr.Checks, "|"); got != w.check {
-			t.Errorf("%s checks %q, want %q", nr.Revision, got, w.check)
-		}
-	}
-
 	var b bytes.Buffer
 	writeNotReady(&b, nrs)
 	for _, line := range []string{
@@ -81,13 +27,6 @@ func TestExplainNotReady(t *testing.T) {
 		if !strings.Contains(b.String(), line) {
 			t.Errorf("text lacks %q:\n%s", line, b.String())
 		}
-	}
-
-	// Nomad unreachable: said, not hidden.
-	f.err = errors.New("connection refused")
-	nrs = explainNotReady(context.Background(), f, serviceView{Revisions: []revisionRow{{Revision: "hello-00005", Desired: 1}}})
-	if len(nrs) != 1 || !strings.Contains(nrs[0].Reason, "Nomad: connection refused") {
-		t.Errorf("%+v", nrs)
 	}
 	b.Reset()
 	writeNotReady(&b, nil)

@@ -31,6 +31,10 @@ var Floors = map[string]int{
 	"activator":            40,
 	"dev/devagents":        50,
 	"dev/localcluster":     50,
+	"install":              50,
+	"controlplane":         50,
+	"rollout":              50,
+	"dev":                  60, // over dev/devagents and dev/localcluster
 	"cmd/nomad-serverless": 70,
 
 	// Test machinery: above everything that ships, so it may use it; a

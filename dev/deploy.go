@@ -1,4 +1,4 @@
-package main
+package dev
 
 import (
 	"context"
@@ -20,40 +20,15 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
-// devRevisionSource is what dev -deploy reads of Nomad to see the revision
+// RevisionSource is what dev -deploy reads of Nomad to see the revision
 // scale to zero (nomadjob.Client).
-type devRevisionSource interface {
+type RevisionSource interface {
 	Revisions(ctx context.Context, namespace, service string) ([]nomadjob.RevisionStatus, error)
 }
 
-// devHooks are what dev calls out to; tests replace them (the real deploy
-// and Nomad need real agents, which e2e has).
-type devHooks struct {
-	// deploy runs `deploy` in process.
-	deploy func(ctx context.Context, e *env, args []string) int
-	// revisions returns a Nomad reader; it is called after the process
-	// environment points at the dev agents.
-	revisions func() (devRevisionSource, error)
-	// demo runs the demonstration (-or-demo without the agents).
-	demo func(ctx context.Context, e *env, c devConfig) int
-}
-
-func (h devHooks) withDefaults() devHooks {
-	if h.deploy == nil {
-		h.deploy = runDeploy
-	}
-	if h.revisions == nil {
-		h.revisions = func() (devRevisionSource, error) { return newNomad() }
-	}
-	if h.demo == nil {
-		h.demo = runDevDemo
-	}
-	return h
-}
-
-// devDeclaresVar reports whether a service file declares variable name, so
+// declaresVar reports whether a service file declares variable name, so
 // dev passes -var only to files that take it (deploy warns about others).
-func devDeclaresVar(path, name string) bool {
+func declaresVar(path, name string) bool {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return false
@@ -70,14 +45,13 @@ func devDeclaresVar(path, name string) bool {
 	return false
 }
 
-// devDeploy is what -deploy does once the agents and serve run: deploy the
+// deploy is what -deploy does once the agents and serve run: deploy the
 // file with the real deploy command, print the URL, send a request through
 // the gateway, wait (bounded) for the revision to scale to zero, and wake it
 // with a second request, timing its first byte.
-func devDeploy(ctx context.Context, e *env, c devConfig, h devHooks, a *devagents.Agents) int {
-	fail := func(format string, args ...any) int {
-		fmt.Fprintf(e.stderr, "nomad-serverless dev: "+format+"\n", args...)
-		return exitError
+func deploy(ctx context.Context, e Env, c Config, a *devagents.Agents) error {
+	fail := func(format string, args ...any) error {
+		return say(e, "nomad-serverless dev: ", format, args...)
 	}
 	// deploy and the Nomad reader below use this process's environment;
 	// dev owns its process, so changing it affects no one else.
@@ -86,52 +60,53 @@ func devDeploy(ctx context.Context, e *env, c devConfig, h devHooks, a *devagent
 	}
 	args := []string{"-sidecar-command", c.Executable}
 	vars := map[string]string{}
-	if devDeclaresVar(c.Deploy, "binary") {
+	if declaresVar(c.Deploy, "binary") {
 		args = append(args, "-var", "binary="+c.Executable)
 		vars["binary"] = c.Executable
 	}
 	args = append(args, c.Deploy)
-	fmt.Fprintf(e.stdout, "Deploying %s:\n  $ nomad-serverless deploy %s\n", c.Deploy, strings.Join(args, " "))
-	indented := &env{stdout: &devPrefixWriter{prefix: "  ", w: e.stdout}, stderr: &devPrefixWriter{prefix: "  ", w: e.stderr}, getenv: func(k string) string {
+	fmt.Fprintf(e.Stdout, "Deploying %s:\n  $ nomad-serverless deploy %s\n", c.Deploy, strings.Join(args, " "))
+	indented := Env{Stdout: &prefixWriter{prefix: "  ", w: e.Stdout}, Stderr: &prefixWriter{prefix: "  ", w: e.Stderr}, Getenv: func(k string) string {
 		// -sidecar-command is given; a cluster-wide sidecar image or
 		// artifact of the user's would make it two ways at once.
 		if strings.HasPrefix(k, "NOMAD_SERVERLESS_SIDECAR_") {
 			return ""
 		}
-		return e.getenv(k)
+		return e.Getenv(k)
 	}}
-	if code := h.deploy(ctx, indented, args); code != exitOK {
+	if code := c.RunDeploy(ctx, indented, args); code != 0 {
 		if ctx.Err() != nil {
-			return devInterrupted(ctx, e, ctx.Err())
+			return sayInterrupted(ctx, e, ctx.Err())
 		}
 		return fail("deploy of %s failed (exit %d; its messages are above, serve's are prefixed 'serve |'); stopping everything.", c.Deploy, code)
 	}
 
 	// The file parsed for deploy; it parses here too, for the service to
 	// call.
-	f, diags := svchcl.ParseFile(c.Deploy, svchcl.Options{Vars: vars, Getenv: e.getenv})
+	f, diags := svchcl.ParseFile(c.Deploy, svchcl.Options{Vars: vars, Getenv: e.Getenv})
 	if diags.HasErrors() || len(f.Services) == 0 {
 		return fail("read %s after deploying it: %v", c.Deploy, diags)
 	}
 	svc := f.Services[0]
 	if len(f.Services) > 1 {
-		fmt.Fprintf(e.stdout, "\n%s declares %d services; the requests below go to the first, %s.\n", c.Deploy, len(f.Services), svc.Name)
+		fmt.Fprintf(e.Stdout, "\n%s declares %d services; the requests below go to the first, %s.\n", c.Deploy, len(f.Services), svc.Name)
 	}
 	host := svc.Name + "." + svc.Namespace + "." + c.Domain
-	gw := "http://" + devDialAddr(c.Listen)
-	fmt.Fprintf(e.stdout, "\n%s is at http://%s/\n  $ curl -H 'Host: %s' %s/\n", svc.Name, host, host, gw)
+	gw := "http://" + dialAddr(c.Listen)
+	fmt.Fprintf(e.Stdout, "\n%s is at http://%s/\n  $ curl -H 'Host: %s' %s/\n", svc.Name, host, host, gw)
 
-	r := devRequest(ctx, gw+"/", host)
-	fmt.Fprintf(e.stdout, "Request through the gateway: %s\n", r)
+	r := request(ctx, gw+"/", host)
+	fmt.Fprintf(e.Stdout, "Request through the gateway: %s\n", r)
 	if !r.ok() {
 		return fail("the first request to %s failed; stopping everything.", svc.Name)
 	}
 
 	if svc.Scaling.Min > 0 {
-		fmt.Fprintf(e.stdout, "\n%s keeps at least %d instance(s) (scaling.min), so it never scales to zero: nothing to wake.\n", svc.Name, svc.Scaling.Min)
-		return devStillRunning(e.stdout, host, gw)
+		fmt.Fprintf(e.Stdout, "\n%s keeps at least %d instance(s) (scaling.min), so it never scales to zero: nothing to wake.\n", svc.Name, svc.Scaling.Min)
+		stillRunning(e.Stdout, host, gw)
+		return nil
 	}
-	nomad, err := h.revisions()
+	nomad, err := c.Revisions()
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -139,18 +114,18 @@ func devDeploy(ctx context.Context, e *env, c devConfig, h devHooks, a *devagent
 	if bound <= 0 {
 		bound = svc.Scaling.Window + svc.Scaling.ScaleToZeroGrace + time.Minute
 	}
-	rev, took, err := devWaitZero(ctx, e.stdout, nomad, svc, bound, c.Poll)
+	rev, took, err := waitZero(ctx, e.Stdout, nomad, svc, bound, c.Poll)
 	if err != nil {
 		if ctx.Err() != nil {
-			return devInterrupted(ctx, e, err)
+			return sayInterrupted(ctx, e, err)
 		}
 		return fail("%v; stopping everything.", err)
 	}
-	fmt.Fprintf(e.stdout, "%s is at zero after %s without requests: no instance runs.\n", rev, took.Round(100*time.Millisecond))
+	fmt.Fprintf(e.Stdout, "%s is at zero after %s without requests: no instance runs.\n", rev, took.Round(100*time.Millisecond))
 
-	r = devRequest(ctx, gw+"/", host)
+	r = request(ctx, gw+"/", host)
 	if !r.ok() {
-		fmt.Fprintf(e.stdout, "Request at zero: %s\n", r)
+		fmt.Fprintf(e.Stdout, "Request at zero: %s\n", r)
 		return fail("the request at zero did not wake %s; stopping everything.", rev)
 	}
 	// To the millisecond, or the microsecond under one (a stand-in gateway
@@ -159,19 +134,19 @@ func devDeploy(ctx context.Context, e *env, c devConfig, h devHooks, a *devagent
 	if r.firstByte < time.Millisecond {
 		res = time.Microsecond
 	}
-	fmt.Fprintf(e.stdout, "Request at zero woke it: %s; first byte after %s (scale-up call, placement, app start, readiness, proxy).\n",
+	fmt.Fprintf(e.Stdout, "Request at zero woke it: %s; first byte after %s (scale-up call, placement, app start, readiness, proxy).\n",
 		r, r.firstByte.Round(res))
-	return devStillRunning(e.stdout, host, gw)
+	stillRunning(e.Stdout, host, gw)
+	return nil
 }
 
-func devStillRunning(w io.Writer, host, gw string) int {
+func stillRunning(w io.Writer, host, gw string) {
 	fmt.Fprintf(w, "\nStill running: curl -H 'Host: %s' %s/ any time (after a few idle seconds it wakes the revision again). Ctrl-C stops everything.\n", host, gw)
-	return exitOK
 }
 
-// devWaitZero waits until the service's newest revision has no desired and
+// waitZero waits until the service's newest revision has no desired and
 // no running instance, printing each change, for at most bound.
-func devWaitZero(ctx context.Context, w io.Writer, nomad devRevisionSource, svc spec.Service, bound, poll time.Duration) (string, time.Duration, error) {
+func waitZero(ctx context.Context, w io.Writer, nomad RevisionSource, svc spec.Service, bound, poll time.Duration) (string, time.Duration, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
@@ -184,7 +159,7 @@ func devWaitZero(ctx context.Context, w io.Writer, nomad devRevisionSource, svc 
 			lastErr = err
 		}
 		if err == nil {
-			newest := devNewest(revs)
+			newest := newestRevision(revs)
 			if newest == nil {
 				lastErr = fmt.Errorf("Nomad has no revision of %s", svc.Name)
 			} else {
@@ -221,9 +196,9 @@ func devWaitZero(ctx context.Context, w io.Writer, nomad devRevisionSource, svc 
 	}
 }
 
-// devNewest is the revision with the highest generation that is not
+// newestRevision is the revision with the highest generation that is not
 // stopped.
-func devNewest(revs []nomadjob.RevisionStatus) *nomadjob.RevisionStatus {
+func newestRevision(revs []nomadjob.RevisionStatus) *nomadjob.RevisionStatus {
 	var out *nomadjob.RevisionStatus
 	for i := range revs {
 		if !revs[i].Stopped && (out == nil || revs[i].Generation > out.Generation) {
@@ -233,8 +208,8 @@ func devNewest(revs []nomadjob.RevisionStatus) *nomadjob.RevisionStatus {
 	return out
 }
 
-// devResult is one request through the gateway.
-type devResult struct {
+// result is one request through the gateway.
+type result struct {
 	status    string
 	code      int
 	firstLine string
@@ -242,19 +217,19 @@ type devResult struct {
 	err       error
 }
 
-func (r devResult) ok() bool { return r.err == nil && r.code >= 200 && r.code < 300 }
+func (r result) ok() bool { return r.err == nil && r.code >= 200 && r.code < 300 }
 
-func (r devResult) String() string {
+func (r result) String() string {
 	if r.err != nil {
 		return "error: " + r.err.Error()
 	}
 	return fmt.Sprintf("%s %q", r.status, r.firstLine)
 }
 
-// devRequest GETs url with a Host header and returns the status, the first
+// request GETs url with a Host header and returns the status, the first
 // line of the body and when its first byte came. A wake from zero holds the
 // request while an instance starts, so the bound is generous.
-func devRequest(ctx context.Context, url, host string) devResult {
+func request(ctx context.Context, url, host string) result {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var first time.Time
@@ -262,24 +237,24 @@ func devRequest(ctx context.Context, url, host string) devResult {
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotFirstResponseByte: func() { first = time.Now() }})
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return devResult{err: err}
+		return result{err: err}
 	}
 	req.Host = host
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return devResult{err: err}
+		return result{err: err}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
-		return devResult{err: fmt.Errorf("read the answer: %w", err)}
+		return result{err: fmt.Errorf("read the answer: %w", err)}
 	}
 	line, _, _ := strings.Cut(string(body), "\n")
-	return devResult{status: resp.Status, code: resp.StatusCode, firstLine: strings.TrimSpace(line), firstByte: first.Sub(start)}
+	return result{status: resp.Status, code: resp.StatusCode, firstLine: strings.TrimSpace(line), firstByte: first.Sub(start)}
 }
 
-// devGetOK passes when a GET of url answers 200.
-func devGetOK(ctx context.Context, url string) error {
+// getOK passes when a GET of url answers 200.
+func getOK(ctx context.Context, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

@@ -1,8 +1,9 @@
-package main
+package rollout
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -232,28 +233,45 @@ service "hello" {
 }
 `
 
-func parseDeployFile(t *testing.T, version, extra string) []parsedService {
+func parseDeployFile(t *testing.T, version, extra string) []Service {
 	t.Helper()
 	f, diags := svchcl.Parse("hello.hcl", []byte(fmt.Sprintf(deployFile, version, extra)), svchcl.Options{})
 	if diags.HasErrors() {
 		t.Fatalf("parse: %v", diags)
 	}
-	return []parsedService{{file: f, index: 0}}
+	return []Service{{File: f, Index: 0}}
 }
 
-func newTestDeployer(f *fakeCluster, out *bytes.Buffer) *deployer {
-	return &deployer{
-		nomad: f, consul: f, out: out,
-		compile: nomadjob.Options{Sidecar: nomadjob.SidecarOptions{Command: "/usr/local/bin/nomad-serverless"}},
-		wait:    5 * time.Second, poll: time.Millisecond, now: time.Now, retain: consulroute.DefaultRetention(),
+func newTestDeployer(t *testing.T, f *fakeCluster, out, diag *bytes.Buffer) *Deployer {
+	t.Helper()
+	d, err := New(Config{
+		Nomad: f, Consul: f, Out: out, Diag: diag,
+		Compile: nomadjob.Options{Sidecar: nomadjob.SidecarOptions{Command: "/usr/local/bin/nomad-serverless"}},
+		Wait:    5 * time.Second, Poll: time.Millisecond, Now: time.Now, Retain: consulroute.DefaultRetention(),
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return d
 }
 
-func runTestDeploy(t *testing.T, f *fakeCluster, services []parsedService) (int, string, string) {
+// The deploy command's exit codes, which runTestDeploy returns as the
+// command would.
+const (
+	exitOK    = 0
+	exitError = 1
+)
+
+func runTestDeploy(t *testing.T, f *fakeCluster, services []Service) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	d := newTestDeployer(f, &out)
-	code := d.run(context.Background(), &env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}, services)
+	code := exitOK
+	if err := newTestDeployer(t, f, &out, &errb).Deploy(context.Background(), services); err != nil {
+		code = exitError
+		if !errors.Is(err, ErrRefused) && !errors.Is(err, ErrFailed) {
+			fmt.Fprintln(&errb, err) // not said yet
+		}
+	}
 	return code, out.String(), errb.String()
 }
 
@@ -384,7 +402,7 @@ func TestCollectRevisionsDeletesOnlyOldUnroutedOnes(t *testing.T) {
 	for _, job := range f.jobs {
 		job.Meta[nomadjob.JobMetaCreated] = time.Now().Add(-100 * time.Hour).UTC().Format(time.RFC3339)
 	}
-	gone, err := collectRevisions(context.Background(), f, f, "default", "hello", consulroute.DefaultRetention(), time.Now())
+	gone, err := Collect(context.Background(), f, f, "default", "hello", consulroute.DefaultRetention(), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,15 +427,15 @@ func TestTrafficChangeApply(t *testing.T) {
 	cur := []spec.TrafficTarget{{Revision: "hello-00001", Percent: 90, Tag: "stable"}, {Latest: true, Percent: 10}}
 	cases := []struct {
 		name   string
-		change trafficChange
+		change TrafficChange
 		want   string
 	}{
-		{"splits replace splits, tags stay", trafficChange{to: []spec.TrafficTarget{{Latest: true, Percent: 100}}},
+		{"splits replace splits, tags stay", TrafficChange{To: []spec.TrafficTarget{{Latest: true, Percent: 100}}},
 			"latest 100%; hello-00001 0% tag stable"},
-		{"tag moves", trafficChange{tags: map[string]string{"stable": "hello-00002"}},
+		{"tag moves", TrafficChange{Tags: map[string]string{"stable": "hello-00002"}},
 			"hello-00001 90%; latest 10%; hello-00002 0% tag stable"},
-		{"untag", trafficChange{untag: []string{"stable"}}, "hello-00001 90%; latest 10%"},
-		{"tag joins its split", trafficChange{tags: map[string]string{"new": "latest"}},
+		{"untag", TrafficChange{Untag: []string{"stable"}}, "hello-00001 90%; latest 10%"},
+		{"tag joins its split", TrafficChange{Tags: map[string]string{"new": "latest"}},
 			"hello-00001 90% tag stable; latest 10% tag new"},
 	}
 	for _, c := range cases {

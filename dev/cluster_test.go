@@ -1,8 +1,7 @@
-package main
+package dev
 
 import (
 	"bytes"
-	"context"
 	"net/netip"
 	"strings"
 	"testing"
@@ -10,18 +9,6 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
-
-func TestDevNodesFlag(t *testing.T) {
-	var out, errb bytes.Buffer
-	e := &env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	if code := run(context.Background(), e, []string{"dev", "-nodes", "-1"}); code != exitUsage || !strings.Contains(errb.String(), "-nodes -1: want 0 (one dev agent) or more") {
-		t.Errorf("dev -nodes -1: exit %d, %s", code, errb.String())
-	}
-	errb.Reset()
-	if code := run(context.Background(), e, []string{"dev", "-h"}); code != exitOK || !strings.Contains(errb.String(), "-nodes N") {
-		t.Errorf("dev -h does not document -nodes: exit %d, %s", code, errb.String())
-	}
-}
 
 // The banner names every node with its address, agents and logs, and the
 // network block that puts instances on a node's own address.
@@ -31,7 +18,7 @@ func TestDevClusterBanner(t *testing.T) {
 		{Name: "node-2", Addr: netip.MustParseAddr("127.0.0.3"), NomadAddr: "http://127.0.0.3:4646", ConsulAddr: "127.0.0.3:8500", Dir: "/tmp/d/node-2"},
 	}}
 	var b bytes.Buffer
-	devClusterBanner(&b, cl)
+	clusterBanner(&b, cl)
 	for _, want := range []string{
 		"2 client nodes",
 		"node-1   127.0.0.2   Nomad client http://127.0.0.2:4646   Consul agent 127.0.0.2:8500   logs /tmp/d/node-1/",
@@ -55,7 +42,7 @@ func TestDevFirstExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := <-devFirstExit([]*devagents.Proc{long, short}); p != short {
+	if p := <-firstExit([]*devagents.Proc{long, short}); p != short {
 		t.Errorf("first to end: %s, want short", p.Name)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package dev
 
 import (
 	"context"
@@ -8,21 +8,21 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
 
-// devStartCluster starts the dev cluster of -nodes in dir: the servers on
+// startCluster starts the dev cluster of -nodes in dir: the servers on
 // the ports dev was given, the nodes on 127.0.0.2 and up.
-func devStartCluster(ctx context.Context, e *env, c devConfig, dir, consulBin, nomadBin string) (*devagents.Cluster, error) {
+func startCluster(ctx context.Context, e Env, c Config, dir, consulBin, nomadBin string) (*devagents.Cluster, error) {
 	return devagents.StartCluster(ctx, devagents.ClusterOptions{
 		ConsulBin: consulBin, NomadBin: nomadBin, Dir: dir,
 		Nodes:        c.Nodes,
 		Ports:        devagents.Ports{ConsulHTTP: c.ConsulHTTPPort, NomadHTTP: c.NomadHTTPPort},
 		ReadyTimeout: c.ReadyTimeout, Poll: c.Poll, StopGrace: c.StopGrace,
-		Progress: e.stderr,
+		Progress: e.Stderr,
 	})
 }
 
-// devNodeProcs are the nodes' agents, whose end ends dev as a server's
+// nodeProcs are the nodes' agents, whose end ends dev as a server's
 // does.
-func devNodeProcs(cl *devagents.Cluster) []*devagents.Proc {
+func nodeProcs(cl *devagents.Cluster) []*devagents.Proc {
 	var procs []*devagents.Proc
 	for _, n := range cl.Nodes {
 		procs = append(procs, n.Consul, n.Nomad)
@@ -30,8 +30,8 @@ func devNodeProcs(cl *devagents.Cluster) []*devagents.Proc {
 	return procs
 }
 
-// devFirstExit returns a channel that receives the first of procs to end.
-func devFirstExit(procs []*devagents.Proc) <-chan *devagents.Proc {
+// firstExit returns a channel that receives the first of procs to end.
+func firstExit(procs []*devagents.Proc) <-chan *devagents.Proc {
 	ch := make(chan *devagents.Proc, len(procs))
 	for _, p := range procs {
 		go func() {
@@ -42,9 +42,9 @@ func devFirstExit(procs []*devagents.Proc) <-chan *devagents.Proc {
 	return ch
 }
 
-// devClusterBanner lists the nodes and says how a service puts its
+// clusterBanner lists the nodes and says how a service puts its
 // instances on its node's own address.
-func devClusterBanner(w io.Writer, cl *devagents.Cluster) {
+func clusterBanner(w io.Writer, cl *devagents.Cluster) {
 	fmt.Fprintf(w, "\nA cluster: one Nomad server (the addresses above) and %d client nodes, each with its own\naddress and Consul agent:\n", len(cl.Nodes))
 	for _, n := range cl.Nodes {
 		fmt.Fprintf(w, "  %-8s %-11s Nomad client %s   Consul agent %s   logs %s/\n", n.Name, n.Addr, n.NomadAddr, n.ConsulAddr, n.Dir)

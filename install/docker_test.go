@@ -1,4 +1,4 @@
-package main
+package install
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 // the Go image matches go.mod, the build target exists, the binary is static
 // and is the entrypoint, and .dockerignore keeps what the build needs.
 func TestDockerfileMatchesTheRepository(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := ".."
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(root, name))
 		if err != nil {

@@ -1,4 +1,4 @@
-package main
+package install
 
 import (
 	"errors"
@@ -10,9 +10,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// installOptions is everything `install` needs to render the control plane's
-// Nomad job and its ACL policies. validate reports every bad field at once.
-type installOptions struct {
+// Options is everything `install` needs to render the control plane's
+// Nomad job and its ACL policies. Validate reports every bad field at once.
+type Options struct {
 	JobName     string
 	Namespace   string // Nomad namespace the control-plane job runs in
 	Region      string
@@ -49,27 +49,27 @@ type installOptions struct {
 
 // Nomad and Consul authentication modes of the control-plane job.
 const (
-	installAuthIdentity = "identity"
-	installAuthVariable = "variable"
-	installAuthNone     = "none"
+	AuthIdentity = "identity"
+	AuthVariable = "variable"
+	AuthNone     = "none"
 )
 
 // Names shared by the job and the policies.
 const (
-	installGroup          = "control-plane"
-	installTask           = "serve"
-	installGatewayService = "nomad-serverless-gateway"
-	installPortGateway    = "gateway"
-	installPortAdmin      = "admin"
+	groupName      = "control-plane"
+	taskName       = "serve"
+	gatewayService = "nomad-serverless-gateway"
+	portGateway    = "gateway"
+	portAdmin      = "admin"
 	// Nomad lets every job read the variables under nomad/jobs/<job ID>
 	// without a policy, so the tokens live there.
-	installVarNomadToken  = "nomad_token"
-	installVarConsulToken = "consul_token"
+	varNomadToken  = "nomad_token"
+	varConsulToken = "consul_token"
 )
 
-// installDefaultImage is the image `install` uses when neither -image nor -artifact
+// DefaultImage is the image `install` uses when neither -image nor -artifact
 // is given: the Dockerfile at the repository root builds it.
-func installDefaultImage(version string) string {
+func DefaultImage(version string) string {
 	tag := "latest"
 	if version != "" && version != "dev" {
 		tag = version
@@ -77,8 +77,8 @@ func installDefaultImage(version string) string {
 	return "ghcr.io/nomad-serverless/nomad-serverless:" + tag
 }
 
-func installDefaults() installOptions {
-	return installOptions{
+func Defaults() Options {
+	return Options{
 		JobName:          "nomad-serverless",
 		Namespace:        "default",
 		Datacenters:      []string{"*"},
@@ -86,8 +86,8 @@ func installDefaults() installOptions {
 		Domain:           "example.com",
 		GatewayPort:      8080,
 		AdminPort:        8081,
-		NomadAuth:        installAuthIdentity,
-		ConsulAuth:       installAuthVariable,
+		NomadAuth:        AuthIdentity,
+		ConsulAuth:       AuthVariable,
 		ConsulAddr:       "127.0.0.1:8500",
 		ServiceNamespace: "default",
 		CPU:              500,
@@ -98,19 +98,19 @@ func installDefaults() installOptions {
 var (
 	// Nomad job IDs and namespaces: printable, no spaces; we keep to the
 	// safe subset so the name also works as a Variable path segment.
-	installNameRE   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,127}$`)
-	installDomainRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	nameRE   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,127}$`)
+	domainRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
-func (o installOptions) validate() error {
+func (o Options) Validate() error {
 	var errs []error
-	if !installNameRE.MatchString(o.JobName) {
+	if !nameRE.MatchString(o.JobName) {
 		errs = append(errs, fmt.Errorf("-job %q: want letters, digits, '-' or '_'", o.JobName))
 	}
-	if !installNameRE.MatchString(o.Namespace) {
+	if !nameRE.MatchString(o.Namespace) {
 		errs = append(errs, fmt.Errorf("-namespace %q: want a Nomad namespace name", o.Namespace))
 	}
-	if o.ServiceNamespace != "*" && !installNameRE.MatchString(o.ServiceNamespace) {
+	if o.ServiceNamespace != "*" && !nameRE.MatchString(o.ServiceNamespace) {
 		errs = append(errs, fmt.Errorf("-service-namespace %q: want a Nomad namespace name or \"*\"", o.ServiceNamespace))
 	}
 	if len(o.Datacenters) == 0 {
@@ -119,7 +119,7 @@ func (o installOptions) validate() error {
 	if o.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("-replicas %d: want 1 or more", o.Replicas))
 	}
-	if !installDomainRE.MatchString(o.Domain) {
+	if !domainRE.MatchString(o.Domain) {
 		errs = append(errs, fmt.Errorf("-domain %q: want a DNS name such as example.com", o.Domain))
 	}
 	for _, p := range []struct {
@@ -137,11 +137,11 @@ func (o installOptions) validate() error {
 		errs = append(errs, errors.New("-image and -artifact both given: choose one (docker image, or a binary for the exec driver)"))
 	}
 	switch o.NomadAuth {
-	case installAuthIdentity:
+	case AuthIdentity:
 		if o.NomadAddr != "" {
 			errs = append(errs, errors.New("-nomad-addr is only used with -nomad-auth variable or none: with identity serve talks to the task API socket"))
 		}
-	case installAuthVariable, installAuthNone:
+	case AuthVariable, AuthNone:
 		if o.NomadAddr == "" {
 			errs = append(errs, fmt.Errorf("-nomad-auth %s needs -nomad-addr (for example http://${attr.unique.network.ip-address}:4646)", o.NomadAuth))
 		}
@@ -149,7 +149,7 @@ func (o installOptions) validate() error {
 		errs = append(errs, fmt.Errorf("-nomad-auth %q: want identity, variable or none", o.NomadAuth))
 	}
 	switch o.ConsulAuth {
-	case installAuthVariable, installAuthNone:
+	case AuthVariable, AuthNone:
 	default:
 		errs = append(errs, fmt.Errorf("-consul-auth %q: want variable or none", o.ConsulAuth))
 	}
@@ -163,26 +163,26 @@ func (o installOptions) validate() error {
 }
 
 // variablePath is the Nomad Variable the job reads its tokens from.
-func (o installOptions) variablePath() string { return "nomad/jobs/" + o.JobName }
+func (o Options) variablePath() string { return "nomad/jobs/" + o.JobName }
 
-// installJob builds the Nomad job that runs `serve` with o.Replicas
+// Job builds the Nomad job that runs `serve` with o.Replicas
 // replicas spread over nodes, behind the Consul service
 // nomad-serverless-gateway whose check is the admin /healthz.
-func installJob(o installOptions, version string) *api.Job {
+func Job(o Options, version string) *api.Job {
 	args := []string{
 		"serve",
 		// The gateway answers on every interface of the node (a load
 		// balancer or DNS round robin points at nodes:gateway-port); the
 		// admin API only on the address Consul checks.
-		"-listen", fmt.Sprintf(":${NOMAD_PORT_%s}", installPortGateway),
-		"-admin-listen", fmt.Sprintf("${NOMAD_IP_%[1]s}:${NOMAD_PORT_%[1]s}", installPortAdmin),
+		"-listen", fmt.Sprintf(":${NOMAD_PORT_%s}", portGateway),
+		"-admin-listen", fmt.Sprintf("${NOMAD_IP_%[1]s}:${NOMAD_PORT_%[1]s}", portAdmin),
 		"-domain", o.Domain,
 		"-replica", "${NOMAD_ALLOC_ID}",
 	}
 
 	env := map[string]string{"CONSUL_HTTP_ADDR": o.ConsulAddr}
 	task := &api.Task{
-		Name: installTask,
+		Name: taskName,
 		Env:  env,
 		Resources: &api.Resources{
 			CPU:      new(o.CPU),
@@ -208,7 +208,7 @@ func installJob(o installOptions, version string) *api.Job {
 	default:
 		image := o.Image
 		if image == "" {
-			image = installDefaultImage(version)
+			image = DefaultImage(version)
 		}
 		task.Driver = "docker"
 		task.Config = map[string]any{
@@ -222,20 +222,20 @@ func installJob(o installOptions, version string) *api.Job {
 
 	var secretsEnv []string
 	switch o.NomadAuth {
-	case installAuthIdentity:
+	case AuthIdentity:
 		env["NOMAD_ADDR"] = "unix://${NOMAD_SECRETS_DIR}/api.sock"
 		// The default workload identity, exposed as NOMAD_TOKEN; the
 		// control-plane policy is attached to this job with
 		// `nomad acl policy apply -job`.
 		task.Identity = &api.WorkloadIdentity{Env: true}
-	case installAuthVariable:
+	case AuthVariable:
 		env["NOMAD_ADDR"] = o.NomadAddr
-		secretsEnv = append(secretsEnv, "NOMAD_TOKEN", installVarNomadToken)
-	case installAuthNone:
+		secretsEnv = append(secretsEnv, "NOMAD_TOKEN", varNomadToken)
+	case AuthNone:
 		env["NOMAD_ADDR"] = o.NomadAddr
 	}
-	if o.ConsulAuth == installAuthVariable {
-		secretsEnv = append(secretsEnv, "CONSUL_HTTP_TOKEN", installVarConsulToken)
+	if o.ConsulAuth == AuthVariable {
+		secretsEnv = append(secretsEnv, "CONSUL_HTTP_TOKEN", varConsulToken)
 	}
 	if len(secretsEnv) > 0 {
 		var b strings.Builder
@@ -256,27 +256,27 @@ func installJob(o installOptions, version string) *api.Job {
 	}
 
 	group := &api.TaskGroup{
-		Name:  new(installGroup),
+		Name:  new(groupName),
 		Count: new(o.Replicas),
 		Spreads: []*api.Spread{{
 			Attribute: "${node.unique.id}",
 		}},
 		Networks: []*api.NetworkResource{{
 			ReservedPorts: []api.Port{
-				{Label: installPortGateway, Value: o.GatewayPort},
-				{Label: installPortAdmin, Value: o.AdminPort},
+				{Label: portGateway, Value: o.GatewayPort},
+				{Label: portAdmin, Value: o.AdminPort},
 			},
 		}},
 		Services: []*api.Service{{
-			Name:      installGatewayService,
-			PortLabel: installPortGateway,
+			Name:      gatewayService,
+			PortLabel: portGateway,
 			Provider:  "consul",
 			Tags:      []string{"nomad-serverless", "gateway"},
 			Meta:      map[string]string{"domain": o.Domain},
 			Checks: []api.ServiceCheck{{
 				Name:      "serve healthz",
 				Type:      "http",
-				PortLabel: installPortAdmin,
+				PortLabel: portAdmin,
 				Path:      "/healthz",
 				Interval:  5 * time.Second,
 				Timeout:   2 * time.Second,

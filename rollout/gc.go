@@ -1,4 +1,4 @@
-package main
+package rollout
 
 import (
 	"context"
@@ -11,20 +11,22 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 )
 
-// revisionStore is what garbage collection needs of Nomad.
-type revisionStore interface {
+// RevisionStore is what garbage collection and traffic changes need of
+// Nomad (nomadjob.Client).
+type RevisionStore interface {
 	Revisions(ctx context.Context, namespace, service string) ([]nomadjob.RevisionStatus, error)
 	Purge(ctx context.Context, revision string) error
 }
 
-// recordStore is what garbage collection needs of Consul.
-type recordStore interface {
+// RecordStore is what garbage collection and traffic changes need of
+// Consul (consulroute.Client).
+type RecordStore interface {
 	ReadRecord(ctx context.Context, namespace, service string) (consulroute.Record, uint64, error)
 	Publish(ctx context.Context, rec consulroute.Record, casIndex uint64) error
 }
 
 // retention decides, for a service's revisions, which stay and why.
-func retention(ctx context.Context, nomad revisionStore, consul recordStore, namespace, service string, policy consulroute.RetentionPolicy, now time.Time) ([]consulroute.RetentionDecision, []nomadjob.RevisionStatus, consulroute.Record, uint64, error) {
+func retention(ctx context.Context, nomad RevisionStore, consul RecordStore, namespace, service string, policy consulroute.RetentionPolicy, now time.Time) ([]consulroute.RetentionDecision, []nomadjob.RevisionStatus, consulroute.Record, uint64, error) {
 	revs, err := nomad.Revisions(ctx, namespace, service)
 	if err != nil {
 		return nil, nil, consulroute.Record{}, 0, err
@@ -47,12 +49,13 @@ func retention(ctx context.Context, nomad revisionStore, consul recordStore, nam
 	return consulroute.Retain(now, states, route, rec.Latest, policy), revs, rec, idx, nil
 }
 
-// collectRevisions deletes the revisions the policy lets go, in an order
-// that never routes to a missing revision: first they are marked deleting in
-// the record (Publish removes their config entries, and traffic changes
-// refuse them from then on), then their jobs are purged, then they leave the
-// record. A run cut short leaves them marked, and the next run finishes.
-func collectRevisions(ctx context.Context, nomad revisionStore, consul recordStore, namespace, service string, policy consulroute.RetentionPolicy, now time.Time) ([]consulroute.RetentionDecision, error) {
+// Collect garbage-collects a service's old revisions: it deletes the ones
+// the policy lets go, in an order that never routes to a missing revision:
+// first they are marked deleting in the record (Publish removes their
+// config entries, and traffic changes refuse them from then on), then their
+// jobs are purged, then they leave the record. A run cut short leaves them
+// marked, and the next run finishes.
+func Collect(ctx context.Context, nomad RevisionStore, consul RecordStore, namespace, service string, policy consulroute.RetentionPolicy, now time.Time) ([]consulroute.RetentionDecision, error) {
 	decisions, _, rec, idx, err := retention(ctx, nomad, consul, namespace, service, policy, now)
 	if err != nil {
 		if errors.Is(err, consulroute.ErrNotFound) {

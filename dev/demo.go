@@ -1,4 +1,4 @@
-package main
+package dev
 
 import (
 	"context"
@@ -56,16 +56,16 @@ func defaultDemoSettings() demoSettings {
 	}
 }
 
-// runDevDemo runs the closest real demonstration there is without Nomad and
-// Consul.
-func runDevDemo(ctx context.Context, e *env, c devConfig) int {
+// RunDemo runs the closest real demonstration there is without Nomad and
+// Consul: `dev -demo`. Like Run, it says what goes wrong on Stderr and
+// returns it; Ctrl-C (ctx) ends it normally.
+func RunDemo(ctx context.Context, e Env, c Config) error {
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(e.stderr, "nomad-serverless dev -demo: cannot find this binary to run the sidecar and app: %v\n", err)
-		return exitError
+		return say(e, "nomad-serverless dev -demo: ", "cannot find this binary to run the sidecar and app: %v", err)
 	}
 	c.Executable = exe
-	return devDemo(ctx, e, c, defaultDemoSettings())
+	return demo(ctx, e, c, defaultDemoSettings())
 }
 
 // demoService is examples/raw-exec.hcl, for when the demo runs outside the
@@ -91,15 +91,14 @@ func (n *demoNarrator) say(format string, a ...any) {
 	fmt.Fprintf(n.w, "[%5.1fs] %s\n", time.Since(n.start).Seconds(), fmt.Sprintf(format, a...))
 }
 
-// devDemo runs the gateway/activator and the autoscaler in process over
+// demo runs the gateway/activator and the autoscaler in process over
 // localcluster (real sidecar and test app processes) and narrates a wake
 // from zero, a burst that scales up, and the way back to zero.
-func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code int) {
-	e = &env{stdout: &devLockedWriter{w: e.stdout}, stderr: &devLockedWriter{w: e.stderr}, getenv: e.getenv}
-	n := &demoNarrator{w: e.stdout, start: time.Now()}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(e.stderr, "nomad-serverless dev -demo: "+format+"\n", a...)
-		return exitError
+func demo(ctx context.Context, e Env, c Config, ds demoSettings) (err error) {
+	e = Env{Stdout: &lockedWriter{w: e.Stdout}, Stderr: &lockedWriter{w: e.Stderr}, Getenv: e.Getenv}
+	n := &demoNarrator{w: e.Stdout, start: time.Now()}
+	fail := func(format string, a ...any) error {
+		return say(e, "nomad-serverless dev -demo: ", format, a...)
 	}
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, ds.Deadline)
@@ -108,19 +107,19 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 	// failure.
 	interrupted := func() bool { return parent.Err() != nil }
 
-	missing := devMissing(e.getenv("PATH"))
+	missing := missingBinaries(e.Getenv("PATH"))
 	switch {
 	case c.OrDemo:
 		// -or-demo already said what is missing and where to get it.
-		fmt.Fprintln(e.stdout, "Demo without Nomad and Consul.")
+		fmt.Fprintln(e.Stdout, "Demo without Nomad and Consul.")
 	case len(missing) > 0:
-		fmt.Fprintf(e.stdout, "Demo without Nomad and Consul (%s not on PATH: see 'nomad-serverless dev' for where to get them).\n", strings.Join(missing, ", "))
+		fmt.Fprintf(e.Stdout, "Demo without Nomad and Consul (%s not on PATH: see 'nomad-serverless dev' for where to get them).\n", strings.Join(missing, ", "))
 	default:
-		fmt.Fprintln(e.stdout, "Demo without Nomad and Consul ('nomad-serverless dev' without -demo runs the real agents).")
+		fmt.Fprintln(e.Stdout, "Demo without Nomad and Consul ('nomad-serverless dev' without -demo runs the real agents).")
 	}
-	fmt.Fprintln(e.stdout, "Real here: the gateway and activator, the autoscaler, and every instance's queue-proxy sidecar and")
-	fmt.Fprintln(e.stdout, "app processes. Stand-ins: Nomad allocations are local processes, Consul checks are simulated.")
-	fmt.Fprintln(e.stdout)
+	fmt.Fprintln(e.Stdout, "Real here: the gateway and activator, the autoscaler, and every instance's queue-proxy sidecar and")
+	fmt.Fprintln(e.Stdout, "app processes. Stand-ins: Nomad allocations are local processes, Consul checks are simulated.")
+	fmt.Fprintln(e.Stdout)
 
 	// The service: the example file, or its built-in copy.
 	svc := demoService()
@@ -140,8 +139,8 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 	logBuf := &demoLog{}
 	log := slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	defer func() {
-		if code != exitOK && !interrupted() {
-			fmt.Fprintf(e.stderr, "last log lines:\n%s\n", logBuf.tail(25))
+		if err != nil && !interrupted() {
+			fmt.Fprintf(e.Stderr, "last log lines:\n%s\n", logBuf.tail(25))
 		}
 	}()
 
@@ -207,7 +206,7 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 		wg.Wait()
 	}()
 
-	gwURL := "http://" + devDialAddr(ln.Addr().String())
+	gwURL := "http://" + dialAddr(ln.Addr().String())
 	hostName := svc.Name + "." + svc.Namespace + "." + c.Domain
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: ds.Workers + 4}}
 	defer client.CloseIdleConnections()
@@ -221,13 +220,13 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 	reqIn := time.Now()
 	status, appName, firstByte, err := demoGet(ctx, client, gwURL+"/", hostName)
 	if interrupted() {
-		return demoInterrupted(e, n)
+		return demoInterrupted(n)
 	}
 	if err != nil || status != http.StatusOK {
 		return fail("the first request failed: status %d, %v", status, err)
 	}
 	n.say("Answered %d by %s. Cold start:", status, appName)
-	fmt.Fprint(e.stdout, demoColdStart(reqIn, firstByte, cluster.ScaleEvents(revName), cluster.Timings(revName), func(hp string) time.Time {
+	fmt.Fprint(e.Stdout, demoColdStart(reqIn, firstByte, cluster.ScaleEvents(revName), cluster.Timings(revName), func(hp string) time.Time {
 		readyMu.Lock()
 		defer readyMu.Unlock()
 		return probed[hp]
@@ -268,7 +267,7 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 	stopLoad()
 	lwg.Wait()
 	if interrupted() {
-		return demoInterrupted(e, n)
+		return demoInterrupted(n)
 	}
 	seen = demoEvents(n, cluster.ScaleEvents(revName), seen)
 	n.say("Burst over: %d requests answered, %d failed; up to %d instances ran (max %d).", ok.Load(), failed.Load(), peak, svc.Scaling.Max)
@@ -282,7 +281,7 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 			if !interrupted() {
 				return fail("%s did not return to zero within the demo's %s bound (desired %d, running %d)", revName, ds.Deadline, cluster.Desired(revName), cluster.Running(revName))
 			}
-			return demoInterrupted(e, n)
+			return demoInterrupted(n)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -292,16 +291,17 @@ func devDemo(ctx context.Context, e *env, c devConfig, ds demoSettings) (code in
 		return fail("%d requests of the burst failed", failed.Load())
 	}
 	if c.OrDemo {
-		fmt.Fprintln(e.stdout, "\nWith consul and nomad on PATH, the same command runs this on real Nomad and Consul dev agents.")
+		fmt.Fprintln(e.Stdout, "\nWith consul and nomad on PATH, the same command runs this on real Nomad and Consul dev agents.")
 	} else {
-		fmt.Fprintln(e.stdout, "\nOn a real cluster: 'nomad-serverless dev -deploy examples/raw-exec.hcl' (Consul and Nomad dev agents).")
+		fmt.Fprintln(e.Stdout, "\nOn a real cluster: 'nomad-serverless dev -deploy examples/raw-exec.hcl' (Consul and Nomad dev agents).")
 	}
-	return exitOK
+	return nil
 }
 
-func demoInterrupted(e *env, n *demoNarrator) int {
+// demoInterrupted ends the demonstration on Ctrl-C: normally.
+func demoInterrupted(n *demoNarrator) error {
 	n.say("Interrupted.")
-	return exitOK
+	return nil
 }
 
 // demoGet sends one GET through the gateway and returns the status, the

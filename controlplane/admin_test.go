@@ -1,9 +1,8 @@
-package main
+package controlplane
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -175,41 +174,5 @@ func TestAdminWritesBetweenReplicasAreSigned(t *testing.T) {
 	unkeyed, _ := autoscaler.NewRemoteSink(autoscaler.RemoteSinkConfig{Leader: leaderAt, Client: &http.Client{Transport: noKey}})
 	if err := unkeyed.Wake(ctx, "c", autoscaler.Demand{Revision: rev, Queued: 1}); !errors.Is(err, adminauth.ErrNoKey) {
 		t.Fatalf("wake without a keyring: %v, want ErrNoKey", err)
-	}
-}
-
-// `admin-key rotate` adds a key the running replicas pick up, accepted at
-// once and signing after the grace.
-func TestAdminKeyRotateCommand(t *testing.T) {
-	c := fakecluster.Start(t, fakecluster.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	consul, err := consulroute.NewClient(c.Consul.ClientConfig(), consulroute.WithLogger(quietLog))
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := newAdminKeys(ctx, consul, quietLog, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = keys.follow(ctx, consul) }()
-	before := keys.ring.Keyring().Signing(time.Now()).ID
-
-	if code, _, stderr := runInProcess(t, c, "admin-key", "rotate", "-grace", "-1s"); code != exitUsage || !strings.Contains(stderr, "negative") {
-		t.Fatalf("rotate -grace -1s: exit %d %s", code, stderr)
-	}
-	if code, _, _ := runInProcess(t, c, "admin-key"); code != exitUsage {
-		t.Fatalf("admin-key without rotate: exit %d, want usage", code)
-	}
-	code, stdout, stderr := runInProcess(t, c, "admin-key", "rotate", "-grace", "1h")
-	if code != exitOK || !strings.Contains(stdout, "New admin API key") {
-		t.Fatalf("rotate: exit %d\n%s%s", code, stdout, stderr)
-	}
-	eventually(t, 5*time.Second, "the running replica reads the rotated keyring", func() (bool, string) {
-		n := len(keys.ring.Keyring().Keys())
-		return n == 2, fmt.Sprintf("%d keys", n)
-	})
-	if now := keys.ring.Keyring().Signing(time.Now()).ID; now != before {
-		t.Fatalf("signing with %s within the grace, want the old key %s", now, before)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package controlplane
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
-	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // sleepingRevision is a revision job whose tasks only sleep: a real job
@@ -107,6 +107,13 @@ func running(cat *catalog.Catalog, rev string) int {
 	return n
 }
 
+// eventually polls cond every 100 ms until it holds; after timeout it fails
+// the test with what cond last said.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	testbin.Eventually(t, timeout, 100*time.Millisecond, what, cond)
+}
+
 func waitCatalog(t *testing.T, cat *catalog.Catalog, what string, cond func() bool) {
 	t.Helper()
 	eventually(t, 30*time.Second, what, func() (bool, string) {
@@ -134,63 +141,4 @@ func waitAllocs(t *testing.T, c *fakecluster.Cluster, job string, n int) {
 		}
 		return run == n && busy == 0, fmt.Sprintf("%d running, %d pending or stopping", run, busy)
 	})
-}
-
-// TestCollectRevisionsAgainstTheFakeCluster runs garbage collection
-// through the real adapters: the old revision leaves the route (Consul
-// refuses to remove a resolver or service-defaults something still routes
-// to, so the order matters), its job is purged, and the record forgets it.
-func TestCollectRevisionsAgainstTheFakeCluster(t *testing.T) {
-	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1})
-	nc, err := nomadjob.NewClient(c.Nomad.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := consulroute.NewClient(c.Consul.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for gen := 1; gen <= 3; gen++ {
-		if _, err := nc.Register(ctx, sleepingRevision(t, "gc", gen, 0), 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	svc := spec.NewService("gc")
-	svc.Traffic = []spec.TrafficTarget{{Latest: true, Percent: 100}, {Revision: "gc-00002", Tag: "old"}}
-	rec := consulroute.Record{Service: svc, Latest: "gc-00003", Revisions: []string{"gc-00001", "gc-00002", "gc-00003"}}
-	if err := cc.Publish(ctx, rec, 0); err != nil {
-		t.Fatal(err)
-	}
-	if c.Consul.ConfigEntry("service-resolver", "gc-00001") == nil {
-		t.Fatal("publish wrote no resolver for gc-00001")
-	}
-	// Keep nothing that is not routed: gc-00001 goes; gc-00002 (tagged)
-	// and gc-00003 (latest) stay.
-	gone, err := collectRevisions(ctx, nc, cc, "default", "gc", consulroute.RetentionPolicy{}, time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(gone) != 1 || gone[0].Revision != "gc-00001" {
-		t.Fatalf("collected %+v, want gc-00001 only", gone)
-	}
-	if ids := c.Nomad.JobIDs(); fmt.Sprint(ids) != "[default/gc-00002 default/gc-00003]" {
-		t.Errorf("jobs after collection: %v", ids)
-	}
-	for _, kind := range []string{"service-resolver", "service-defaults"} {
-		if c.Consul.ConfigEntry(kind, "gc-00001") != nil {
-			t.Errorf("%s gc-00001 still exists", kind)
-		}
-		if c.Consul.ConfigEntry(kind, "gc-00002") == nil {
-			t.Errorf("%s gc-00002 (tagged) was removed", kind)
-		}
-	}
-	got, _, err := cc.ReadRecord(ctx, "default", "gc")
-	if err != nil || fmt.Sprint(got.Revisions) != "[gc-00002 gc-00003]" || len(got.Deleting) != 0 {
-		t.Errorf("record after collection: %+v, %v", got, err)
-	}
-	if _, err := cc.DiscoveryChain(ctx, "gc"); err != nil {
-		t.Errorf("the chain no longer compiles: %v", err)
-	}
 }

@@ -1,4 +1,4 @@
-package main
+package install
 
 import (
 	"fmt"
@@ -8,9 +8,9 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
-// installPolicy is one ACL policy `install` renders: the least the control plane
+// Policy is one ACL policy `install` renders: the least the control plane
 // or a `deploy` user needs, as the HCL rules text Nomad and Consul accept.
-type installPolicy struct {
+type Policy struct {
 	System      string // "nomad" or "consul"
 	Name        string // name to create it under
 	File        string // file name when written with -out
@@ -18,7 +18,7 @@ type installPolicy struct {
 	Rules       string
 }
 
-// installPolicies returns the four policies, in a fixed order:
+// Policies returns the four policies, in a fixed order:
 //
 //   - Nomad, control plane: list and read revision jobs and their
 //     allocations (event stream topics Job and Allocation need read-job),
@@ -41,18 +41,18 @@ type installPolicy struct {
 //     that also carries a broader policy (or a Consul whose default policy
 //     is allow) still cannot read the admin API's key: deny wins over
 //     allow at the same prefix.
-func installPolicies(o installOptions) []installPolicy {
+func Policies(o Options) []Policy {
 	ns := o.ServiceNamespace
-	return []installPolicy{
+	return []Policy{
 		{
 			System:      "nomad",
 			Name:        "nomad-serverless-control-plane",
 			File:        "nomad-control-plane.policy.hcl",
 			Description: "nomad-serverless serve: watch revision jobs and set their counts",
-			Rules: installComment(
+			Rules: commentLines(
 				"nomad-serverless control plane (serve). Attach it to the install job's workload",
 				"identity (nomad acl policy apply -namespace "+o.Namespace+" -job "+o.JobName+" ...) or to a token.",
-			) + installNomadNamespaceRule("*", []string{"list-jobs", "read-job", "read-job-scaling", "scale-job"},
+			) + nomadNamespaceRule("*", []string{"list-jobs", "read-job", "read-job-scaling", "scale-job"},
 				"Revision jobs in every namespace: list, read (also the Job and Allocation event",
 				"topics), read their scaling status and events, and set their counts. serve",
 				"follows all namespaces with one event stream (namespace=*), which Nomad allows",
@@ -64,9 +64,9 @@ func installPolicies(o installOptions) []installPolicy {
 			Name:        "nomad-serverless-deploy",
 			File:        "nomad-deploy.policy.hcl",
 			Description: "nomad-serverless deploy, traffic, status, delete",
-			Rules: installComment(
+			Rules: commentLines(
 				"Users of nomad-serverless deploy, traffic, revisions, status, list and delete.",
-			) + installNomadNamespaceRule(ns, []string{"list-jobs", "read-job", "read-job-scaling", "submit-job"},
+			) + nomadNamespaceRule(ns, []string{"list-jobs", "read-job", "read-job-scaling", "submit-job"},
 				"submit-job registers revision jobs and deregisters and purges them on delete;",
 				"read-job also reads their allocations while deploy waits for instances.",
 			),
@@ -76,21 +76,21 @@ func installPolicies(o installOptions) []installPolicy {
 			Name:        "nomad-serverless-control-plane",
 			File:        "consul-control-plane.policy.hcl",
 			Description: "nomad-serverless serve: instances, routes, activator registrations, leader lock",
-			Rules: installComment(
+			Rules: commentLines(
 				"nomad-serverless control plane (serve).",
-			) + installConsulRule("service_prefix", "", "write",
+			) + consulRule("service_prefix", "", "write",
 				"Reads every revision's instances and route config entries; registers",
 				spec.ActivatorServiceName+" and, while a revision is at zero, one stand-in",
 				"instance in that revision's service (named <service>-<generation>, so a prefix).",
-			) + installConsulRule("node_prefix", "", "read",
+			) + consulRule("node_prefix", "", "read",
 				"Health queries list instances on every node.",
-			) + installConsulRule("key_prefix", "nomad-serverless/", "write",
+			) + consulRule("key_prefix", "nomad-serverless/", "write",
 				"Applied services (read) and the leader lock (write).",
-			) + installConsulRule("key", consulroute.AdminKeysKey, "write",
+			) + consulRule("key", consulroute.AdminKeysKey, "write",
 				"The admin API's keyring: replicas sign their writes to each other's admin",
 				"API with it (the first replica creates it, with check-and-set). Only the",
 				"control plane may read it.",
-			) + installConsulRule("session_prefix", "", "write",
+			) + consulRule("session_prefix", "", "write",
 				"The leader lock's session, created on the node of the replica's Consul agent.",
 			),
 		},
@@ -99,16 +99,16 @@ func installPolicies(o installOptions) []installPolicy {
 			Name:        "nomad-serverless-deploy",
 			File:        "consul-deploy.policy.hcl",
 			Description: "nomad-serverless deploy, traffic, status, delete",
-			Rules: installComment(
+			Rules: commentLines(
 				"Users of nomad-serverless deploy, traffic, revisions, status, list and delete.",
-			) + installConsulRule("service_prefix", "", "write",
+			) + consulRule("service_prefix", "", "write",
 				"service-defaults, service-splitter, service-router and service-resolver",
 				"entries are named after the service and its revisions.",
-			) + installConsulRule("node_prefix", "", "read",
+			) + consulRule("node_prefix", "", "read",
 				"deploy reads instances' health while it waits for them.",
-			) + installConsulRule("key_prefix", "nomad-serverless/services/", "write",
+			) + consulRule("key_prefix", "nomad-serverless/services/", "write",
 				"The last applied copy of each service.",
-			) + installConsulRule("key_prefix", consulroute.ControlPlaneKVPrefix, "deny",
+			) + consulRule("key_prefix", consulroute.ControlPlaneKVPrefix, "deny",
 				"The control plane's own keys, the admin API's keyring among them: whoever",
 				"reads it can scale every revision through the admin API.",
 			),
@@ -116,7 +116,7 @@ func installPolicies(o installOptions) []installPolicy {
 	}
 }
 
-func installComment(comment ...string) string {
+func commentLines(comment ...string) string {
 	var b strings.Builder
 	for _, c := range comment {
 		b.WriteString("# " + c + "\n")
@@ -124,10 +124,10 @@ func installComment(comment ...string) string {
 	return b.String()
 }
 
-func installNomadNamespaceRule(ns string, caps []string, comment ...string) string {
+func nomadNamespaceRule(ns string, caps []string, comment ...string) string {
 	var b strings.Builder
 	b.WriteString("\n")
-	b.WriteString(installComment(comment...))
+	b.WriteString(commentLines(comment...))
 	fmt.Fprintf(&b, "namespace %q {\n", ns)
 	quoted := make([]string, len(caps))
 	for i, c := range caps {
@@ -137,6 +137,6 @@ func installNomadNamespaceRule(ns string, caps []string, comment ...string) stri
 	return b.String()
 }
 
-func installConsulRule(kind, prefix, policy string, comment ...string) string {
-	return fmt.Sprintf("\n%s%s %q {\n  policy = %q\n}\n", installComment(comment...), kind, prefix, policy)
+func consulRule(kind, prefix, policy string, comment ...string) string {
+	return fmt.Sprintf("\n%s%s %q {\n  policy = %q\n}\n", commentLines(comment...), kind, prefix, policy)
 }

@@ -1,4 +1,4 @@
-package main
+package controlplane
 
 import (
 	"context"
@@ -404,7 +404,7 @@ func TestAwaitCatalog(t *testing.T) {
 	}
 
 	// Past its bound it returns, and says why the gateway opens anyway.
-	var logged syncBuffer
+	var logged testbin.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
 	done = returned(func() { awaitCatalog(context.Background(), 20*time.Millisecond, log, make(chan struct{})) })
 	select {

@@ -1,0 +1,78 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/activator"
+	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
+)
+
+// listeners are the control plane's sockets and the HTTP servers on them:
+// the gateway's (user traffic) and the admin API's. Every socket Run opens,
+// and how each is served and shut down, is here.
+type listeners struct {
+	listen         string // the gateway's address as configured
+	gateway, admin net.Listener
+	gatewaySrv     *http.Server
+	adminSrv       *http.Server
+	// Both sockets screen request heads for smuggling (CL with TE,
+	// duplicate CL, obs-fold) before net/http reads them.
+	gatewayScreened, adminScreened net.Listener
+}
+
+// listen opens both sockets. Run does it first: a port in use is the most
+// common start-up failure and should be said before anything registers
+// anywhere.
+func listen(c Config) (*listeners, error) {
+	gw, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the gateway on %s: %w", c.Listen, err)
+	}
+	admin, err := net.Listen("tcp", c.AdminListen)
+	if err != nil {
+		gw.Close()
+		return nil, fmt.Errorf("listen for the admin API on %s: %w", c.AdminListen, err)
+	}
+	return &listeners{listen: c.Listen, gateway: gw, admin: admin}, nil
+}
+
+func (l *listeners) gatewayPort() int { return l.gateway.Addr().(*net.TCPAddr).Port }
+func (l *listeners) adminPort() int   { return l.admin.Addr().(*net.TCPAddr).Port }
+
+// serveWith sets up the servers: the gateway's own (tuned by the activator)
+// and the admin API's around handler.
+func (l *listeners) serveWith(gw *activator.Gateway, admin http.Handler) {
+	l.gatewaySrv = gw.Server(l.listen)
+	l.gatewayScreened = gw.Listener(l.gateway)
+	l.adminSrv = &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
+	l.adminScreened = keepalive.ScreenListener{Listener: l.admin, MaxHead: http.DefaultMaxHeaderBytes + 4<<10}
+}
+
+// serveGateway and serveAdmin serve until shutdown; call serveWith first.
+func (l *listeners) serveGateway() error { return ignoreClosed(l.gatewaySrv.Serve(l.gatewayScreened)) }
+func (l *listeners) serveAdmin() error   { return ignoreClosed(l.adminSrv.Serve(l.adminScreened)) }
+
+// shutdown stops taking requests and lets in-flight ones finish until ctx
+// ends.
+func (l *listeners) shutdown(ctx context.Context) {
+	_ = l.gatewaySrv.Shutdown(ctx)
+	_ = l.adminSrv.Shutdown(ctx)
+}
+
+// close closes both sockets (after shutdown, a no-op).
+func (l *listeners) close() {
+	l.gateway.Close()
+	l.admin.Close()
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}

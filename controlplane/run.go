@@ -1,0 +1,319 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/nomad-serverless/nomad-serverless/activator"
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/spec"
+)
+
+// Config is what one replica of the control plane runs with. Run checks it.
+type Config struct {
+	// Listen is the gateway's address (user traffic), AdminListen the
+	// admin API's (health, metrics, autoscaler state).
+	Listen, AdminListen string
+	// Advertise is the IP other nodes reach this replica at, registered
+	// in Consul; "" is the Listen host, or the Consul agent's address when
+	// that is a wildcard.
+	Advertise string
+	// Domain: services answer at <service>.<namespace>.<Domain>.
+	Domain string
+	// Replica is this replica's name, unique among the replicas. Consul
+	// must carry the same (consulroute.WithReplica): stand-ins, the
+	// activator registration and the leader lock are named after it.
+	Replica string
+	// Tick is the autoscaler's decision period (0: the autoscaler's
+	// default).
+	Tick time.Duration
+	// Nomad and Consul are the clients every part goes through.
+	Nomad  *nomadjob.Client
+	Consul *consulroute.Client
+	// Logger gets every part's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// check says what is wrong with c, and fills in the logger.
+func (c *Config) check() error {
+	var errs []error
+	if c.Nomad == nil {
+		errs = append(errs, errors.New("Config.Nomad is nil: give it the Nomad client"))
+	}
+	if c.Consul == nil {
+		errs = append(errs, errors.New("Config.Consul is nil: give it the Consul client"))
+	}
+	if c.Replica == "" {
+		errs = append(errs, errors.New("Config.Replica is empty: name this replica"))
+	} else if c.Consul != nil && c.Consul.Replica() != c.Replica {
+		errs = append(errs, fmt.Errorf("Config.Replica is %q but the Consul client's replica is %q: build it with consulroute.WithReplica(%q)", c.Replica, c.Consul.Replica(), c.Replica))
+	}
+	if c.Tick < 0 {
+		errs = append(errs, fmt.Errorf("Config.Tick %s is negative", c.Tick))
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("control plane: %w", err)
+	}
+	return nil
+}
+
+// Run runs the control plane until ctx ends, then leaves in order: the
+// leader lock first, then the activator registration, then the listeners,
+// letting requests in flight finish. It returns the first error a part
+// could not go on from.
+func Run(ctx context.Context, c Config) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	nomad, consul, log := c.Nomad, c.Consul, c.Logger
+
+	ls, err := listen(c)
+	if err != nil {
+		return err
+	}
+	defer ls.close()
+	gwPort, adminPort := ls.gatewayPort(), ls.adminPort()
+	advertise, err := advertiseAddress(c, consul)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	keys, err := newAdminKeys(ctx, consul, log, reg)
+	if err != nil {
+		return err
+	}
+	cat := catalog.New()
+	tags := newRevisionTags()
+	// Scaling to zero registers this replica's stand-in first (make before
+	// break for catalog-driven proxies).
+	scaler := standInFirst{scaler: nomad, src: consul, cat: cat, tags: tags, addr: advertise, port: gwPort, log: log}
+	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: scaler, Tick: c.Tick, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	leader := &leaderAddress{}
+	sink, err := autoscaler.NewRemoteSink(autoscaler.RemoteSinkConfig{Leader: leader.get, Local: auto, Client: keys.client, Logger: log})
+	if err != nil {
+		return err
+	}
+	// Every replica wakes a revision at zero itself (and tells the leader):
+	// a wake never waits for leadership to move.
+	waker, err := autoscaler.NewWaker(autoscaler.WakerConfig{Revisions: cat, Raiser: nomad, Next: sink, Local: auto, Logger: log})
+	if err != nil {
+		return err
+	}
+	gw, err := activator.New(activator.Config{Catalog: cat, Autoscaler: waker, Domain: c.Domain, Replica: c.Replica, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	admin, err := adminHandler(gw, auto, keys.verifier)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var fatal atomic.Pointer[error]
+	goRun := func(name string, f func(ctx context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%s: %w", name, err)
+				fatal.CompareAndSwap(nil, &err)
+				cancel()
+			}
+		}()
+	}
+
+	listed := make(chan struct{})
+	goRun("follow Nomad", func(ctx context.Context) error {
+		return feedNomad(ctx, nomad, cat, tags, func() { close(listed) }, log)
+	})
+	recordsLoaded, readyJoined := make(chan struct{}), make(chan struct{})
+	goRun("follow Consul records", func(ctx context.Context) error {
+		return feedRecords(ctx, consul, cat, func() { close(recordsLoaded) }, log)
+	})
+	goRun("follow ready instances", func(ctx context.Context) error {
+		return feedReady(ctx, consul, cat, listed, func() { close(readyJoined) }, log)
+	})
+	// The leader lock's session is bound to this replica's activator check
+	// (its admin /healthz), so a replica that dies loses the lock within a
+	// check interval. On the way out the lock is released first: the
+	// gateway turning unhealthy, or the activator's deregistration, would
+	// end the session with Consul's lock delay instead.
+	released := make(chan struct{})
+	goRun("gateway", func(ctx context.Context) error { return gw.Run(untilReleased(ctx, released)) })
+	goRun("autoscaler link", sink.Run)
+	goRun("leader election", func(ctx context.Context) error {
+		defer close(released)
+		lock := consul.NewLock(consulroute.AutoscalerLockKey, c.Replica, consulroute.LockTTL,
+			consulroute.WithSessionCheck(spec.ActivatorServiceName, consul.ActivatorCheckID("")))
+		return autoscaler.RunWhenLeader(ctx, lock, auto.Run, log)
+	})
+	goRun("leader lookup", func(ctx context.Context) error { leader.follow(ctx, consul, log); return nil })
+	goRun("follow the admin API keyring", func(ctx context.Context) error { return keys.follow(ctx, consul) })
+	// Stand-ins start once Nomad's revisions are listed (before that every
+	// stand-in looks unwanted) and this replica's activator is registered
+	// (their alias checks mirror it).
+	registered := make(chan struct{})
+	sweepStandIns := make(chan struct{}, 1)
+	goRun("activator stand-ins", func(ctx context.Context) error {
+		for _, ch := range []chan struct{}{listed, registered} {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ch:
+			}
+		}
+		keepStandIns(ctx, consul, cat, tags, advertise, gwPort, sweepStandIns, log)
+		return nil
+	})
+
+	ls.serveWith(gw, admin)
+	goRun("gateway listener", func(ctx context.Context) error {
+		awaitCatalog(ctx, catalogLoadWait, log, listed, recordsLoaded, readyJoined)
+		return ls.serveGateway()
+	})
+	goRun("admin listener", func(context.Context) error { return ls.serveAdmin() })
+
+	self := consulroute.ActivatorRegistration{Address: advertise, Port: gwPort, AdminPort: adminPort, Domain: c.Domain}
+	if err := consul.RegisterActivator(ctx, self); err != nil {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("register in Consul as %s: %w", spec.ActivatorServiceName, err)
+	}
+	close(registered)
+	// Its end is waited for before the deregistration below, so a
+	// registration it had under way cannot land after it.
+	kept := make(chan struct{})
+	lostRegistrations := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nomad_serverless_activator_registrations_lost_total",
+		Help: "Times the local Consul agent had lost this replica's activator registration (reaped after its check stayed critical, or an agent restarted without its state) and serve registered it again.",
+	})
+	reg.MustRegister(lostRegistrations)
+	goRun("keep the activator registered", func(ctx context.Context) error {
+		defer close(kept)
+		keepActivatorRegistered(ctx, consul, self, activatorCheckEvery, func() {
+			lostRegistrations.Inc()
+			select {
+			case sweepStandIns <- struct{}{}:
+			default: // a sweep is already due
+			}
+		}, log)
+		return nil
+	})
+	log.Info("serving", "gateway", ls.gateway.Addr().String(), "admin", ls.admin.Addr().String(), "advertise", advertise, "domain", c.Domain)
+
+	<-ctx.Done()
+	// Leave the load balancer first, then stop taking requests, then let
+	// in-flight ones finish.
+	stop, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stopCancel()
+	select {
+	case <-released:
+	case <-stop.Done():
+	}
+	select {
+	case <-kept:
+	case <-stop.Done():
+	}
+	if err := consul.DeregisterActivator(stop, ""); err != nil {
+		log.Warn("deregister from Consul", "err", err)
+	}
+	ls.shutdown(stop)
+	wg.Wait()
+	if p := fatal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// catalogLoadWait bounds how long a starting serve keeps its gateway's
+// connections waiting for the catalog (awaitCatalog). A healthy cluster
+// loads it in milliseconds; past this, clients get the gateway's own
+// answers (and it logs why) rather than wait toward their timeouts.
+const catalogLoadWait = 10 * time.Second
+
+// awaitCatalog returns once every one of loaded is closed (Nomad's
+// revisions listed, Consul's routes and ready instances joined to them),
+// after wait, or when ctx ends. A starting serve takes no request before:
+// the kernel holds the connections made meanwhile in the listening
+// socket's backlog, and they are served once the gateway knows the
+// cluster. Otherwise a restarted serve answers its first requests from a
+// catalog still loading: 404 for a service that exists, 503 for a
+// revision it has not learned of yet (69 and 283 of them in one run of
+// e2e scenario 7, none since).
+func awaitCatalog(ctx context.Context, wait time.Duration, log *slog.Logger, loaded ...<-chan struct{}) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for _, ch := range loaded {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			log.Warn("the gateway takes requests before the catalog has loaded: Nomad or Consul is slow to answer; services not loaded yet are answered 404 or 503", "waited", wait)
+			return
+		}
+	}
+}
+
+// untilReleased is ctx, except that it ends only once the leader lock is
+// released as well (at most 5 s later): see Run.
+func untilReleased(ctx context.Context, released <-chan struct{}) context.Context {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		<-ctx.Done()
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case <-released:
+		case <-t.C:
+		}
+		cancel()
+	}()
+	return out
+}
+
+// advertiseAddress is the IP registered in Consul for this replica. Its
+// errors name serve's flags: that is where a user sets these.
+func advertiseAddress(c Config, consul *consulroute.Client) (string, error) {
+	if c.Advertise != "" {
+		return c.Advertise, nil
+	}
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return "", fmt.Errorf("-listen %q: %w", c.Listen, err)
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return host, nil
+	}
+	self, err := consul.API().Agent().Self()
+	if err == nil {
+		if member, ok := self["Member"]; ok {
+			if addr, ok := member["Addr"].(string); ok && addr != "" {
+				return addr, nil
+			}
+		}
+	}
+	return "", errors.New("-listen is a wildcard address and the Consul agent's address is unknown: give -advertise IP")
+}

@@ -1,0 +1,191 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+)
+
+// RevisionRow is one revision as `revisions` and `status` show it.
+type RevisionRow struct {
+	Revision   string    `json:"revision"`
+	Generation int       `json:"generation"`
+	Created    time.Time `json:"created,omitzero"`
+	// Desired is the Nomad group count; Running the allocations running;
+	// Ready the instances passing their Consul check.
+	Desired int  `json:"desired"`
+	Running int  `json:"running"`
+	Ready   int  `json:"ready"`
+	Stopped bool `json:"stopped,omitempty"`
+	// Percent of the service's traffic and Tags routed to it.
+	Percent int      `json:"percent"`
+	Tags    []string `json:"tags,omitempty"`
+	Latest  bool     `json:"latest,omitempty"`
+	// Retained and Why: the garbage collector's verdict.
+	Retained bool   `json:"retained"`
+	Why      string `json:"why"`
+	// Autoscaler is the leader's view, when a control plane runs.
+	Autoscaler *autoscaler.RevisionState `json:"autoscaler,omitempty"`
+	// LastScaling is the newest scaling event Nomad recorded.
+	LastScaling string `json:"last_scaling,omitempty"`
+}
+
+// ServiceView is everything `status` shows of a service.
+type ServiceView struct {
+	Service   string            `json:"service"`
+	Namespace string            `json:"namespace"`
+	URLs      []string          `json:"urls"`
+	Latest    string            `json:"latest"`
+	Route     consulroute.Route `json:"route"`
+	Revisions []RevisionRow     `json:"revisions"`
+}
+
+// Inspector reads what Nomad, Consul and the control plane say of
+// services.
+type Inspector struct {
+	nomad  *nomadjob.Client
+	consul *consulroute.Client
+	http   *http.Client
+	now    time.Time
+}
+
+// NewInspector reads through nomad and consul, and judges retention as of
+// now.
+func NewInspector(nomad *nomadjob.Client, consul *consulroute.Client, now time.Time) *Inspector {
+	return &Inspector{nomad: nomad, consul: consul, http: &http.Client{Timeout: 3 * time.Second}, now: now}
+}
+
+// Now is the instant retention is judged as of.
+func (in *Inspector) Now() time.Time { return in.now }
+
+// Allocations and Health make an Inspector the InstanceReader of
+// ExplainNotReady.
+func (in *Inspector) Allocations(ctx context.Context, revision string) ([]nomadjob.Allocation, error) {
+	return in.nomad.Allocations(ctx, revision)
+}
+
+func (in *Inspector) Health(ctx context.Context, revision string) ([]consulroute.InstanceHealth, error) {
+	return in.consul.Health(ctx, revision)
+}
+
+// View builds a service's view; autoscalerState may be nil, and withEvents
+// adds the newest scaling event Nomad recorded of each revision the
+// autoscaler did not describe.
+func (in *Inspector) View(ctx context.Context, namespace, service string, autoscalerState map[string]autoscaler.RevisionState, withEvents bool) (ServiceView, error) {
+	decisions, revs, rec, _, err := retention(ctx, in.nomad, in.consul, namespace, service, consulroute.DefaultRetention(), in.now)
+	if errors.Is(err, consulroute.ErrNotFound) && len(revs) == 0 {
+		return ServiceView{}, fmt.Errorf("service %q not found in namespace %s (see `nomad-serverless list`)", service, namespace)
+	}
+	if err != nil && !errors.Is(err, consulroute.ErrNotFound) {
+		return ServiceView{}, err
+	}
+	v := ServiceView{Service: service, Namespace: namespace, Latest: rec.Latest}
+	if route, rerr := rec.Route(); rerr == nil && rec.Latest != "" {
+		v.Route = route
+	}
+	why := map[string]consulroute.RetentionDecision{}
+	for _, d := range decisions {
+		why[d.Revision] = d
+	}
+	percent := map[string]int{}
+	for _, s := range v.Route.Splits {
+		percent[s.Revision] += s.Percent
+	}
+	tags := map[string][]string{}
+	for tag, r := range v.Route.Tags {
+		tags[r] = append(tags[r], tag)
+	}
+	for i := len(revs) - 1; i >= 0; i-- { // newest first
+		r := revs[i]
+		row := RevisionRow{
+			Revision: r.Name, Generation: r.Generation, Created: r.Created,
+			Desired: r.Desired, Running: r.Running, Stopped: r.Stopped,
+			Percent: percent[r.Name], Tags: tags[r.Name], Latest: r.Name == rec.Latest,
+			Retained: true,
+		}
+		if d, ok := why[r.Name]; ok {
+			row.Retained, row.Why = d.Keep, d.Reason
+		}
+		if !r.Stopped {
+			if ready, herr := in.consul.ReadyInstances(ctx, r.Name); herr == nil {
+				row.Ready = len(ready)
+			}
+		}
+		if st, ok := autoscalerState[r.Name]; ok {
+			row.Autoscaler = &st
+		}
+		if withEvents && row.Autoscaler == nil {
+			if evs, eerr := in.nomad.ScalingEvents(ctx, r.Name); eerr == nil && len(evs) > 0 {
+				row.LastScaling = evs[0].Message
+			}
+		}
+		v.Revisions = append(v.Revisions, row)
+	}
+	v.URLs = in.urls(ctx, rec)
+	return v, nil
+}
+
+// urls are the service's addresses on the running gateways; none when the
+// service has no route (no record): no gateway answers for it.
+func (in *Inspector) urls(ctx context.Context, rec consulroute.Record) []string {
+	if rec.Service.Name == "" {
+		return nil
+	}
+	gws, err := in.consul.Gateways(ctx)
+	if err != nil || len(gws) == 0 {
+		return nil
+	}
+	svc := rec.Service
+	ns := rec.Namespace()
+	out := []string{fmt.Sprintf("http://%s.%s.%s/", svc.Name, ns, gws[0].Domain)}
+	for _, d := range svc.Domains {
+		out = append(out, "http://"+d+"/")
+	}
+	if route, err := rec.Route(); err == nil {
+		for _, tag := range sortedTags(route.Tags) {
+			out = append(out, fmt.Sprintf("http://%s-%s.%s.%s/", tag, svc.Name, ns, gws[0].Domain))
+		}
+	}
+	return out
+}
+
+// AutoscalerStates asks the leading control-plane replica for its view of a
+// service's revisions (all when service is ""). An absent control plane is
+// not an error: the map is empty.
+func (in *Inspector) AutoscalerStates(ctx context.Context, service string) map[string]autoscaler.RevisionState {
+	out := map[string]autoscaler.RevisionState{}
+	g, ok, _ := in.consul.LeaderGateway(ctx, consulroute.AutoscalerLockKey)
+	if !ok {
+		return out
+	}
+	u := url.URL{Scheme: "http", Host: g.AdminHostPort(), Path: autoscaler.PathRevisions}
+	if service != "" {
+		u.RawQuery = url.Values{"service": {service}}.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return out
+	}
+	resp, err := in.http.Do(req)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	var states []autoscaler.RevisionState
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&states); err != nil {
+		return out
+	}
+	for _, s := range states {
+		out[s.Revision] = s
+	}
+	return out
+}
