@@ -5,7 +5,8 @@
 // waits until the revision is ready, stops one that never is, and collects
 // old revisions. Beside it: traffic changes (SetTraffic), revision
 // retention (Collect), delete (Delete), and what `status` and `revisions`
-// read of a service (Inspector, ExplainNotReady).
+// read of a service (Inspector, ExplainNotReady), and following its
+// instances' logs (Logs).
 //
 // It talks to Nomad and Consul through small interfaces that nomadjob.Client
 // and consulroute.Client satisfy, so its tests run against fakes. It
