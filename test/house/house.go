@@ -26,6 +26,7 @@ var Floors = map[string]int{
 	"nomadjob":             10,
 	"consulroute":          10,
 	"catalog":              20,
+	"certs":                20, // over consulroute
 	"sidecar":              30,
 	"autoscaler":           30,
 	"activator":            40,
