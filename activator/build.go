@@ -82,7 +82,7 @@ func (g *Gateway) rebuild() {
 			c = &atomic.Uint64{}
 		}
 		counters[key] = c
-		main := &route{service: s.Name, namespace: ns, counter: c}
+		main := &route{service: s.Name, namespace: ns, counter: c, redirect: s.HTTPSRedirect}
 		total := 0
 		for _, sp := range s.Route.Splits {
 			if sp.Percent > 0 {
@@ -118,7 +118,7 @@ func (g *Gateway) rebuild() {
 		slices.Sort(tags)
 		for _, tag := range tags {
 			rev := s.Route.Tags[tag]
-			tr := &route{service: s.Name, namespace: ns, tag: tag, counter: c,
+			tr := &route{service: s.Name, namespace: ns, tag: tag, counter: c, redirect: s.HTTPSRedirect,
 				targets: []target{{name: rev, rev: t.revisions[rev]}}}
 			g.addHost(t, tagHost(tag, s.Name, ns, g.domain), tr)
 		}

@@ -110,6 +110,13 @@ type Config struct {
 	// OnInstanceReady, if set, is called when a direct probe first finds
 	// an allocation ready (benchmarks use it for the cold-start split).
 	OnInstanceReady func(revision, hostPort string, at time.Time)
+
+	// TLS, when set, answers ACME's HTTP-01 challenges on the plain port
+	// and tells which names have a certificate, for services that
+	// redirect to HTTPS (tls.go); HTTPSPort is the port redirects name
+	// (443 is left out of the URL).
+	TLS       TLS
+	HTTPSPort int
 }
 
 // Defaults.
@@ -155,6 +162,7 @@ type Gateway struct {
 	transport http.RoundTripper
 	gatherer  prometheus.Gatherer
 	metrics   *metrics
+	tls       TLS
 	proxy     *httputil.ReverseProxy
 	buffers   *bufferPool
 	prober    *prober
@@ -236,6 +244,7 @@ func New(cfg Config) (*Gateway, error) {
 		replica:   cfg.Replica,
 		policy:    cfg.Policy,
 		transport: rt,
+		tls:       cfg.TLS,
 		gatherer:  gatherer,
 		revs:      map[string]*revision{},
 		counters:  map[string]*atomic.Uint64{},

@@ -28,6 +28,7 @@ type metrics struct {
 	probes      *prometheus.CounterVec
 	probeReady  prometheus.Histogram
 	unknownHost prometheus.Counter
+	redirects   prometheus.Counter
 	panics      prometheus.Counter
 	rebuilds    prometheus.Counter
 	reports     *prometheus.CounterVec
@@ -98,6 +99,10 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Namespace: gwNS, Name: "unknown_host_total",
 			Help: "Requests answered 404 because no service answers on their Host.",
 		}),
+		redirects: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: gwNS, Name: "https_redirects_total",
+			Help: "Plain HTTP requests answered 308 to HTTPS (services with https { redirect = true }, for names with a certificate).",
+		}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: gwNS, Name: "panics_total",
 			Help: "Panics recovered while serving a request (each is a bug; the process keeps serving).",
@@ -113,7 +118,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.duration, m.retries, m.notRetried, m.ejections, m.rejected, m.queueWait, m.wakes,
-		m.probes, m.probeReady, m.unknownHost, m.panics, m.rebuilds, m.reports,
+		m.probes, m.probeReady, m.unknownHost, m.redirects, m.panics, m.rebuilds, m.reports,
 		&stateCollector{g: g},
 	} {
 		if err := reg.Register(c); err != nil {

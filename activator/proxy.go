@@ -73,7 +73,11 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	rc := http.NewResponseController(w)
 	t := g.table.Load()
-	rev, rt, tg, res := t.resolve(canonicalHost(r.Host), r.Header[revisionHeaderKey])
+	host := canonicalHost(r.Host)
+	if g.tls != nil && r.TLS == nil && g.plainHTTPTLS(w, r, t, host) {
+		return
+	}
+	rev, rt, tg, res := t.resolve(host, r.Header[revisionHeaderKey])
 	if res != resolved {
 		// Deadlines for our own short answer; a kept-alive connection
 		// must not inherit an earlier request's.

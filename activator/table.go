@@ -19,6 +19,7 @@ type table struct {
 type route struct {
 	service, namespace string
 	tag                string // "" for the service's own split
+	redirect           bool   // plain HTTP goes to HTTPS (tls.go)
 	targets            []target
 	// slots assigns each of 100 request slots to a target, in proportion
 	// to the percentages; requests walk the slots in a stride order (see

@@ -58,6 +58,9 @@ type Service struct {
 	Namespace string            `json:"namespace"`
 	Domains   []string          `json:"domains,omitempty"`
 	Route     consulroute.Route `json:"route"`
+	// HTTPSRedirect sends the service's plain HTTP requests to HTTPS
+	// (spec.HTTPS).
+	HTTPSRedirect bool `json:"https_redirect,omitempty"`
 }
 
 // Catalog is safe for concurrent use. Readers get copies; Changed lets a

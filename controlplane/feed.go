@@ -197,7 +197,8 @@ func feedRecords(ctx context.Context, src consulSource, cat *catalog.Catalog, lo
 				continue
 			}
 			seen[rec.Service.Name] = true
-			cat.SetService(catalog.Service{Name: rec.Service.Name, Namespace: rec.Namespace(), Domains: rec.Service.Domains, Route: route})
+			cat.SetService(catalog.Service{Name: rec.Service.Name, Namespace: rec.Namespace(), Domains: rec.Service.Domains, Route: route,
+				HTTPSRedirect: rec.Service.HTTPS.Redirect})
 		}
 		for _, s := range cat.Services() {
 			if !seen[s.Name] {

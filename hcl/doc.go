@@ -112,7 +112,18 @@
 //	  tags    = ["traefik.enable=true"]
 //	  meta    = { team = "web" }   # or meta { team = "web" }
 //	  domains = [local.host]
+//	  https {
+//	    redirect = true            # answer plain HTTP with 308 to https://
+//	  }
 //	}
+//
+// The gateway serves every name of a service (<service>.<namespace>.<domain>,
+// tag names, domains) over HTTPS too, with a certificate from serve's
+// files, from Consul, or from ACME (see `nomad-serverless serve -h`).
+// https { redirect = true } sends plain HTTP requests for a name to HTTPS
+// (308, method and body kept) once the gateway holds a valid certificate
+// for that name; before that, and for ACME's HTTP-01 challenges, plain
+// HTTP is served as without it. It changes the route, not the revision.
 //
 // Durations are strings with a unit ("30s", "1m30s", "250ms"); a bare number
 // is refused because its unit would be a guess. null means "not set".

@@ -241,6 +241,9 @@ service "full" {
   tags    = ["a", "b"]
   meta    = { "team" = "x", "cost-center" = "42" }
   domains = ["full.example.com"]
+  https {
+    redirect = true
+  }
 }
 `
 	f := mustParse(t, src, Options{})
@@ -283,6 +286,7 @@ service "full" {
 		ScaleDownDelay: 15 * time.Minute, BurstCapacity: spec.Unlimited, ActivationScale: 2, MaxScaleUpRate: 10, MaxScaleDownRate: 4}
 	want.Traffic = []spec.TrafficTarget{{Latest: true, Percent: 100, Tag: "current"}}
 	want.Domains = []string{"full.example.com"}
+	want.HTTPS = spec.HTTPS{Redirect: true}
 	if !reflect.DeepEqual(f.Services[0], want) {
 		t.Errorf("got  %+v\nwant %+v", f.Services[0], want)
 	}

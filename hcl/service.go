@@ -20,7 +20,7 @@ var (
 		// With image: what a docker task's users set first.
 		"port", "protocol", "args",
 	}
-	serviceBlocks = []string{"constraint", "task", "readiness", "liveness", "scaling", "traffic", "network", "connect", "resources"}
+	serviceBlocks = []string{"constraint", "task", "readiness", "liveness", "scaling", "traffic", "network", "connect", "resources", "https"}
 	// imageShorthand are the task settings the image shorthand takes at the
 	// service level, with where each goes in the long form.
 	imageShorthand = []struct{ name, longForm string }{
@@ -165,6 +165,11 @@ func (d *decoder) decodeService(b *hcl2.Block) spec.Service {
 	}
 	if cb := d.single(c.Blocks, "connect", "A service"); cb != nil {
 		t.Connect = d.decodeConnect(cb)
+	}
+	if hb := d.single(c.Blocks, "https", "A service"); hb != nil {
+		d.ranges["https"] = hb.DefRange
+		hc := d.content(hb.Body, schema(hb.Body, []string{"redirect"}, nil, nil), "https")
+		d.setBool(&svc.HTTPS.Redirect, hc.Attributes["redirect"], "https.redirect")
 	}
 	return svc
 }

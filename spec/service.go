@@ -8,8 +8,8 @@ import "time"
 
 // Service is one `service "name" {}` block after parsing and defaulting.
 //
-// Only Template decides a revision's identity: changing Scaling, Traffic or
-// Domains updates the existing revision and route in place.
+// Only Template decides a revision's identity: changing Scaling, Traffic,
+// Domains or HTTPS updates the existing revision and route in place.
 type Service struct {
 	Name      string   `json:"name"`
 	Namespace string   `json:"namespace"`
@@ -21,6 +21,16 @@ type Service struct {
 	// Domains are extra host names the gateway serves for this service, on top
 	// of <service>.<namespace>.<domain>.
 	Domains []string `json:"domains,omitempty"`
+	// HTTPS is how the gateway treats the service's plain HTTP requests.
+	HTTPS HTTPS `json:"https,omitzero"`
+}
+
+// HTTPS is a service's `https {}` block.
+type HTTPS struct {
+	// Redirect answers a plain HTTP request for one of the service's
+	// names with 308 to the same URL over HTTPS, when the gateway holds a
+	// valid certificate for the name (never an ACME HTTP-01 challenge).
+	Redirect bool `json:"redirect,omitempty"`
 }
 
 // Template is everything that ends up inside a revision's Nomad job except its
