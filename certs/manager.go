@@ -531,6 +531,10 @@ func (m *Manager) ServeChallenge(w http.ResponseWriter, r *http.Request) bool {
 // ChallengePathPrefix is where HTTP-01 challenges are asked.
 const ChallengePathPrefix = "/.well-known/acme-challenge/"
 
+// AdminPath is where serve's admin API lists the routed names and their
+// certificates ([]NameStatus, JSON).
+const AdminPath = "/v1/tls/certificates"
+
 // NameStatus is one routed name's certificate, as `status` shows it.
 type NameStatus struct {
 	Name      string `json:"name"`

@@ -22,6 +22,8 @@ const (
 	// MetaDomain is the domain the gateway serves hosts under
 	// (<service>.<namespace>.<domain>).
 	MetaDomain = "domain"
+	// MetaHTTPSPort is the gateway's HTTPS port, when it has one.
+	MetaHTTPSPort = "https-port"
 )
 
 // ActivatorRegistration is one control-plane replica's entry in the
@@ -37,6 +39,8 @@ type ActivatorRegistration struct {
 	AdminPort int
 	// Domain is the gateway's host domain, so `deploy` can print a URL.
 	Domain string
+	// HTTPSPort is the gateway's HTTPS port (0: none).
+	HTTPSPort int
 	// CheckInterval and CheckTimeout of the HTTP check; default 2s and 1s.
 	CheckInterval time.Duration
 	CheckTimeout  time.Duration
@@ -105,6 +109,9 @@ func (c *Client) RegisterActivator(ctx context.Context, reg ActivatorRegistratio
 	if reg.Domain != "" {
 		svc.Meta[MetaDomain] = reg.Domain
 	}
+	if reg.HTTPSPort != 0 {
+		svc.Meta[MetaHTTPSPort] = strconv.Itoa(reg.HTTPSPort)
+	}
 	if err := c.api.Agent().ServiceRegisterOpts(svc, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)); err != nil {
 		return c.wrap(op+" "+svc.ID, err)
 	}
@@ -120,6 +127,7 @@ type Gateway struct {
 	Port      int    `json:"port"`
 	AdminPort int    `json:"admin_port,omitempty"`
 	Domain    string `json:"domain,omitempty"`
+	HTTPSPort int    `json:"https_port,omitempty"`
 }
 
 // HostPort is where the gateway serves requests.
@@ -169,6 +177,7 @@ func (c *Client) Gateways(ctx context.Context) ([]Gateway, error) {
 			g.Address = e.Node.Address
 		}
 		g.AdminPort, _ = strconv.Atoi(e.Service.Meta[spec.ServiceMetaAdminPort])
+		g.HTTPSPort, _ = strconv.Atoi(e.Service.Meta[MetaHTTPSPort])
 		out = append(out, g)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

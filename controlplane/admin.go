@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/activator"
 	"github.com/nomad-serverless/nomad-serverless/adminauth"
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
+	"github.com/nomad-serverless/nomad-serverless/certs"
 )
 
 // adminKeys is what a replica needs to talk to other replicas' admin API and
@@ -72,7 +73,7 @@ func (k *adminKeys) follow(ctx context.Context, src keyringSource) error {
 // autoscaler's state and demand endpoints, and the gateway's routing state.
 // Only the autoscaler's demand and wake change anything, and guard
 // authenticates them; everything else is a read.
-func adminHandler(gw *activator.Gateway, auto *autoscaler.Autoscaler, guard autoscaler.WriteGuard) (http.Handler, error) {
+func adminHandler(gw *activator.Gateway, auto *autoscaler.Autoscaler, guard autoscaler.WriteGuard, certificates *certs.Manager) (http.Handler, error) {
 	if gw == nil || auto == nil {
 		return nil, errors.New("admin API: gateway and autoscaler are required")
 	}
@@ -85,5 +86,15 @@ func adminHandler(gw *activator.Gateway, auto *autoscaler.Autoscaler, guard auto
 		return nil, fmt.Errorf("admin API: %w", err)
 	}
 	e.GET("/v1/activator/revisions", func(c echo.Context) error { return c.JSON(http.StatusOK, gw.Revisions()) })
+	// Each routed name's certificate as this replica serves it (its
+	// issuer and validity, and its own last ACME failure): `status` reads
+	// every replica's. No private key, nothing that changes anything.
+	e.GET(certs.AdminPath, func(c echo.Context) error {
+		out := []certs.NameStatus{}
+		if certificates != nil {
+			out = certificates.Status()
+		}
+		return c.JSON(http.StatusOK, out)
+	})
 	return e, nil
 }

@@ -57,7 +57,7 @@ func startAdminReplica(t *testing.T, ctx context.Context, c *fakecluster.Cluster
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := adminHandler(gw, r.auto, r.keys.verifier)
+	h, err := adminHandler(gw, r.auto, r.keys.verifier, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,10 @@ type listeners struct {
 	gateway, admin net.Listener
 	gatewaySrv     *http.Server
 	adminSrv       *http.Server
+	// https is the gateway's HTTPS port (nil without one); httpsTLS the
+	// listener that completes its handshakes.
+	https, httpsTLS net.Listener
+	httpsSrv        *http.Server
 	// Both sockets screen request heads for smuggling (CL with TE,
 	// duplicate CL, obs-fold) before net/http reads them.
 	gatewayScreened, adminScreened net.Listener
@@ -38,7 +43,40 @@ func listen(c Config) (*listeners, error) {
 		gw.Close()
 		return nil, fmt.Errorf("listen for the admin API on %s: %w", c.AdminListen, err)
 	}
-	return &listeners{listen: c.Listen, gateway: gw, admin: admin}, nil
+	l := &listeners{listen: c.Listen, gateway: gw, admin: admin}
+	if c.HTTPS.Listen != "" {
+		if l.https, err = net.Listen("tcp", c.HTTPS.Listen); err != nil {
+			l.close()
+			return nil, fmt.Errorf("listen for the gateway's HTTPS on %s: %w", c.HTTPS.Listen, err)
+		}
+	}
+	return l, nil
+}
+
+// httpsPort is the HTTPS port, 0 without one.
+func (l *listeners) httpsPort() int {
+	if l.https == nil {
+		return 0
+	}
+	return l.https.Addr().(*net.TCPAddr).Port
+}
+
+// serveHTTPSWith sets up the HTTPS server with the certificates' TLS
+// configuration; without an HTTPS port it does nothing.
+func (l *listeners) serveHTTPSWith(gw *activator.Gateway, cfg *tls.Config) {
+	if l.https == nil {
+		return
+	}
+	l.httpsSrv = gw.TLSServer(l.https.Addr().String())
+	l.httpsTLS = gw.TLSListener(l.https, cfg)
+}
+
+// serveHTTPS serves until shutdown (nothing without an HTTPS port).
+func (l *listeners) serveHTTPS() error {
+	if l.httpsSrv == nil {
+		return nil
+	}
+	return ignoreClosed(l.httpsSrv.Serve(l.httpsTLS))
 }
 
 func (l *listeners) gatewayPort() int { return l.gateway.Addr().(*net.TCPAddr).Port }
@@ -60,6 +98,9 @@ func (l *listeners) serveAdmin() error   { return ignoreClosed(l.adminSrv.Serve(
 // shutdown stops taking requests and lets in-flight ones finish until ctx
 // ends.
 func (l *listeners) shutdown(ctx context.Context) {
+	if l.httpsSrv != nil {
+		go func() { _ = l.httpsSrv.Shutdown(ctx) }()
+	}
 	_ = l.gatewaySrv.Shutdown(ctx)
 	_ = l.adminSrv.Shutdown(ctx)
 }
@@ -68,6 +109,12 @@ func (l *listeners) shutdown(ctx context.Context) {
 func (l *listeners) close() {
 	l.gateway.Close()
 	l.admin.Close()
+	if l.https != nil {
+		l.https.Close()
+	}
+	if l.httpsTLS != nil {
+		l.httpsTLS.Close()
+	}
 }
 
 func ignoreClosed(err error) error {

@@ -32,6 +32,9 @@ type Config struct {
 	Advertise string
 	// Domain: services answer at <service>.<namespace>.<Domain>.
 	Domain string
+	// HTTPS configures the gateway's HTTPS port (tls.go); its zero value
+	// serves none.
+	HTTPS HTTPS
 	// Replica is this replica's name, unique among the replicas. Consul
 	// must carry the same (consulroute.WithReplica): stand-ins, the
 	// activator registration and the leader lock are named after it.
@@ -119,11 +122,19 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
-	gw, err := activator.New(activator.Config{Catalog: cat, Autoscaler: waker, Domain: c.Domain, Replica: c.Replica, Logger: log, Registerer: reg})
+	certificates, err := newCertificates(c, consul, ls, reg, log)
 	if err != nil {
 		return err
 	}
-	admin, err := adminHandler(gw, auto, keys.verifier)
+	gwc := activator.Config{Catalog: cat, Autoscaler: waker, Domain: c.Domain, Replica: c.Replica, Logger: log, Registerer: reg}
+	if certificates != nil {
+		gwc.TLS, gwc.HTTPSPort = certificates, ls.httpsPort()
+	}
+	gw, err := activator.New(gwc)
+	if err != nil {
+		return err
+	}
+	admin, err := adminHandler(gw, auto, keys.verifier, certificates)
 	if err != nil {
 		return err
 	}
@@ -194,8 +205,20 @@ func Run(ctx context.Context, c Config) error {
 		return ls.serveGateway()
 	})
 	goRun("admin listener", func(context.Context) error { return ls.serveAdmin() })
+	if certificates != nil {
+		ls.serveHTTPSWith(gw, certificates.TLSConfig())
+		goRun("certificates", certificates.Run)
+		goRun("certificate names", func(ctx context.Context) error {
+			followCertificateNames(ctx, cat, gw, certificates)
+			return nil
+		})
+		goRun("gateway HTTPS listener", func(ctx context.Context) error {
+			awaitCatalog(ctx, catalogLoadWait, log, listed, recordsLoaded, readyJoined)
+			return ls.serveHTTPS()
+		})
+	}
 
-	self := consulroute.ActivatorRegistration{Address: advertise, Port: gwPort, AdminPort: adminPort, Domain: c.Domain}
+	self := consulroute.ActivatorRegistration{Address: advertise, Port: gwPort, AdminPort: adminPort, Domain: c.Domain, HTTPSPort: ls.httpsPort()}
 	if err := consul.RegisterActivator(ctx, self); err != nil {
 		cancel()
 		wg.Wait()
@@ -221,7 +244,7 @@ func Run(ctx context.Context, c Config) error {
 		}, log)
 		return nil
 	})
-	log.Info("serving", "gateway", ls.gateway.Addr().String(), "admin", ls.admin.Addr().String(), "advertise", advertise, "domain", c.Domain)
+	log.Info("serving", "gateway", ls.gateway.Addr().String(), "https", ls.httpsPort(), "admin", ls.admin.Addr().String(), "advertise", advertise, "domain", c.Domain)
 
 	<-ctx.Done()
 	// Leave the load balancer first, then stop taking requests, then let

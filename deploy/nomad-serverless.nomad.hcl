@@ -36,6 +36,10 @@ job "nomad-serverless" {
       port "admin" {
         static = 8081
       }
+
+      port "https" {
+        static = 443
+      }
     }
 
     service {
@@ -60,12 +64,14 @@ job "nomad-serverless" {
 
     task "serve" {
       driver         = "docker"
+      user           = "root"
       kill_timeout   = "35s"
       shutdown_delay = "5s"
       kill_signal    = "SIGTERM"
 
       config {
-        args         = ["serve", "-listen", ":${NOMAD_PORT_gateway}", "-admin-listen", "${NOMAD_IP_admin}:${NOMAD_PORT_admin}", "-domain", "example.com", "-replica", "${NOMAD_ALLOC_ID}"]
+        args         = ["serve", "-listen", ":${NOMAD_PORT_gateway}", "-admin-listen", "${NOMAD_IP_admin}:${NOMAD_PORT_admin}", "-domain", "example.com", "-replica", "${NOMAD_ALLOC_ID}", "-https-port", "${NOMAD_PORT_https}"]
+        cap_add      = ["net_bind_service"]
         image        = "ghcr.io/nomad-serverless/nomad-serverless:latest"
         network_mode = "host"
       }

@@ -361,6 +361,7 @@ func TestPolicies(t *testing.T) {
 			{Kind: "node_prefix", Label: "", Policy: "read"},
 			{Kind: "key_prefix", Label: "nomad-serverless/", Policy: "write"},
 			{Kind: "key", Label: "nomad-serverless/control-plane/admin-keys", Policy: "write"},
+			{Kind: "key_prefix", Label: "nomad-serverless/control-plane/tls/", Policy: "write"},
 			{Kind: "session_prefix", Label: "", Policy: "write"},
 		},
 		{

@@ -22,6 +22,12 @@ type Options struct {
 	Domain      string
 	GatewayPort int
 	AdminPort   int
+	// HTTPSPort is the gateway's HTTPS port on each node (0: no HTTPS).
+	// ACMEEmail turns ACME on (serve -acme-email), from ACMEDirectory
+	// ("" is serve's default, Let's Encrypt).
+	HTTPSPort     int
+	ACMEEmail     string
+	ACMEDirectory string
 
 	// Exactly one way to get the binary onto the node: a Docker image
 	// (driver docker) or an artifact URL (driver exec).
@@ -61,6 +67,7 @@ const (
 	gatewayService = "nomad-serverless-gateway"
 	portGateway    = "gateway"
 	portAdmin      = "admin"
+	portHTTPS      = "https"
 	// Nomad lets every job read the variables under nomad/jobs/<job ID>
 	// without a policy, so the tokens live there.
 	varNomadToken  = "nomad_token"
@@ -86,6 +93,7 @@ func Defaults() Options {
 		Domain:           "example.com",
 		GatewayPort:      8080,
 		AdminPort:        8081,
+		HTTPSPort:        443,
 		NomadAuth:        AuthIdentity,
 		ConsulAuth:       AuthVariable,
 		ConsulAddr:       "127.0.0.1:8500",
@@ -133,6 +141,20 @@ func (o Options) Validate() error {
 	if o.GatewayPort == o.AdminPort {
 		errs = append(errs, fmt.Errorf("-gateway-port and -admin-port are both %d: they must differ", o.GatewayPort))
 	}
+	if o.HTTPSPort != 0 {
+		if o.HTTPSPort < 1 || o.HTTPSPort > 65535 {
+			errs = append(errs, fmt.Errorf("-https-port %d: want a port from 1 to 65535, or 0 for no HTTPS", o.HTTPSPort))
+		}
+		if o.HTTPSPort == o.GatewayPort || o.HTTPSPort == o.AdminPort {
+			errs = append(errs, fmt.Errorf("-https-port %d is also the gateway's or the admin API's port: they must differ", o.HTTPSPort))
+		}
+	}
+	if (o.ACMEEmail != "" || o.ACMEDirectory != "") && o.HTTPSPort == 0 {
+		errs = append(errs, errors.New("-acme-email and -acme-directory need an HTTPS port (-https-port)"))
+	}
+	if o.ACMEDirectory != "" && o.ACMEEmail == "" {
+		errs = append(errs, errors.New("-acme-directory needs -acme-email, which turns ACME on"))
+	}
 	if o.Image != "" && o.Artifact != "" {
 		errs = append(errs, errors.New("-image and -artifact both given: choose one (docker image, or a binary for the exec driver)"))
 	}
@@ -162,6 +184,18 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// reservedPorts are the static ports of each replica.
+func reservedPorts(o Options) []api.Port {
+	ports := []api.Port{
+		{Label: portGateway, Value: o.GatewayPort},
+		{Label: portAdmin, Value: o.AdminPort},
+	}
+	if o.HTTPSPort != 0 {
+		ports = append(ports, api.Port{Label: portHTTPS, Value: o.HTTPSPort})
+	}
+	return ports
+}
+
 // variablePath is the Nomad Variable the job reads its tokens from.
 func (o Options) variablePath() string { return "nomad/jobs/" + o.JobName }
 
@@ -178,6 +212,19 @@ func Job(o Options, version string) *api.Job {
 		"-admin-listen", fmt.Sprintf("${NOMAD_IP_%[1]s}:${NOMAD_PORT_%[1]s}", portAdmin),
 		"-domain", o.Domain,
 		"-replica", "${NOMAD_ALLOC_ID}",
+	}
+	if o.HTTPSPort != 0 {
+		// HTTPS on every interface too, with certificates from Consul KV
+		// (and ACME when an email is given; the CA reaches the HTTP-01
+		// challenge on port 80 of the name, which the load balancer maps
+		// to the gateway port, and TLS-ALPN-01 on 443).
+		args = append(args, "-https-port", fmt.Sprintf("${NOMAD_PORT_%s}", portHTTPS))
+		if o.ACMEEmail != "" {
+			args = append(args, "-acme-email", o.ACMEEmail)
+			if o.ACMEDirectory != "" {
+				args = append(args, "-acme-directory", o.ACMEDirectory)
+			}
+		}
 	}
 
 	env := map[string]string{"CONSUL_HTTP_ADDR": o.ConsulAddr}
@@ -205,6 +252,11 @@ func Job(o Options, version string) *api.Job {
 			"command": "local/nomad-serverless",
 			"args":    args,
 		}
+		if o.HTTPSPort != 0 && o.HTTPSPort < 1024 {
+			// A port below 1024 (443) needs this capability; the exec
+			// driver grants it to the task's user.
+			task.Config["cap_add"] = []string{"net_bind_service"}
+		}
 	default:
 		image := o.Image
 		if image == "" {
@@ -217,6 +269,15 @@ func Job(o Options, version string) *api.Job {
 			// Host networking: serve reaches the node's Consul agent on
 			// 127.0.0.1 and sidecars on node addresses, like an exec task.
 			"network_mode": "host",
+		}
+		if o.HTTPSPort != 0 && o.HTTPSPort < 1024 {
+			// Binding a port below 1024 (443) in the node's network takes
+			// CAP_NET_BIND_SERVICE in the effective set, which Docker
+			// gives to root only: the image's nonroot user cannot. The
+			// gateway binds it as an ingress does; -https-port 8443 (or
+			// 0) behind a load balancer keeps the image's user.
+			task.Config["cap_add"] = []string{"net_bind_service"}
+			task.User = "root"
 		}
 	}
 
@@ -262,10 +323,7 @@ func Job(o Options, version string) *api.Job {
 			Attribute: "${node.unique.id}",
 		}},
 		Networks: []*api.NetworkResource{{
-			ReservedPorts: []api.Port{
-				{Label: portGateway, Value: o.GatewayPort},
-				{Label: portAdmin, Value: o.AdminPort},
-			},
+			ReservedPorts: reservedPorts(o),
 		}},
 		Services: []*api.Service{{
 			Name:      gatewayService,

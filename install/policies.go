@@ -32,8 +32,9 @@ type Policy struct {
 //     instances of revisions at zero (in revisions' services, so a prefix),
 //     read health on every node, read applied services and hold the leader
 //     lock under nomad-serverless/, create the lock's session, and read
-//     (the first replica: create) the admin API's keyring, said in a rule
-//     of its own so an auditor sees who holds that key.
+//     (the first replica: create) the admin API's keyring and the TLS
+//     material (certificates, private keys, the ACME account), each said
+//     in a rule of its own so an auditor sees who holds those keys.
 //   - Consul, deploy users: write the route's config entries (named after
 //     the service and its revisions: service write), the KV copy of the
 //     service, and read health while waiting for instances. The control
@@ -90,8 +91,14 @@ func Policies(o Options) []Policy {
 				"The admin API's keyring: replicas sign their writes to each other's admin",
 				"API with it (the first replica creates it, with check-and-set). Only the",
 				"control plane may read it.",
+			) + consulRule("key_prefix", consulroute.TLSKVPrefix, "write",
+				"The gateway's TLS material: the ACME account key, the certificates it obtained",
+				"with their private keys, the operator's certificates by name (read from",
+				consulroute.TLSSecretsPrefix+"), and the locks that make one replica order",
+				"a name. Only the control plane may read it.",
 			) + consulRule("session_prefix", "", "write",
-				"The leader lock's session, created on the node of the replica's Consul agent.",
+				"The leader lock's session and the certificate locks' session, created on the",
+				"node of the replica's Consul agent.",
 			),
 		},
 		{
@@ -110,7 +117,8 @@ func Policies(o Options) []Policy {
 				"The last applied copy of each service.",
 			) + consulRule("key_prefix", consulroute.ControlPlaneKVPrefix, "deny",
 				"The control plane's own keys, the admin API's keyring among them: whoever",
-				"reads it can scale every revision through the admin API.",
+				"reads it can scale every revision through the admin API. The gateway's TLS",
+				"private keys are there too ("+consulroute.TLSKVPrefix+").",
 			),
 		},
 	}

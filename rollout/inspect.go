@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
+	"github.com/nomad-serverless/nomad-serverless/certs"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 )
@@ -47,6 +48,9 @@ type ServiceView struct {
 	Latest    string            `json:"latest"`
 	Route     consulroute.Route `json:"route"`
 	Revisions []RevisionRow     `json:"revisions"`
+	// Certificates are the service's names and the certificates the
+	// gateways serve for them (certificates.go).
+	Certificates []certs.NameStatus `json:"certificates,omitempty"`
 }
 
 // Inspector reads what Nomad, Consul and the control plane say of
@@ -131,6 +135,8 @@ func (in *Inspector) View(ctx context.Context, namespace, service string, autosc
 		v.Revisions = append(v.Revisions, row)
 	}
 	v.URLs = in.urls(ctx, rec)
+	v.Certificates = in.Certificates(ctx, namespace, service)
+	v.URLs = httpsURLs(v.URLs, v.Certificates)
 	return v, nil
 }
 

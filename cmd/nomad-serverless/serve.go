@@ -2,12 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
+	"github.com/nomad-serverless/nomad-serverless/certs"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/controlplane"
 )
@@ -20,14 +26,91 @@ type serveOptions struct {
 	replica             string
 	tick                time.Duration
 	logJSON             bool
+	https               httpsOptions
+}
+
+// httpsOptions are serve's HTTPS flags.
+type httpsOptions struct {
+	port                int
+	portSet             bool
+	certFiles, keyFiles []string
+	acmeDirectory       string
+	acmeEmail           string
+	acmeCARoot          string
+	acmeProfile         string
+	acmeRenewCheck      time.Duration
+}
+
+// on tells whether serve listens for HTTPS: when it has a certificate
+// source of its own (files, ACME) or -https-port is given (certificates
+// from Consul KV alone). Off otherwise, so replicas started side by side
+// without HTTPS do not fight over its default port.
+func (h httpsOptions) on() bool {
+	return h.port != 0 && (h.portSet || len(h.certFiles) > 0 || h.acmeEmail != "")
+}
+
+// config is the control plane's HTTPS configuration.
+func (h httpsOptions) config(listen string) (controlplane.HTTPS, error) {
+	if !h.on() {
+		return controlplane.HTTPS{}, nil
+	}
+	if len(h.certFiles) != len(h.keyFiles) {
+		return controlplane.HTTPS{}, fmt.Errorf("-tls-cert given %d times and -tls-key %d: give them in pairs, in the same order", len(h.certFiles), len(h.keyFiles))
+	}
+	if h.port < 0 || h.port > 65535 {
+		return controlplane.HTTPS{}, fmt.Errorf("-https-port %d is not a port", h.port)
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return controlplane.HTTPS{}, fmt.Errorf("-listen %q: %w", listen, err)
+	}
+	out := controlplane.HTTPS{Listen: net.JoinHostPort(host, strconv.Itoa(h.port))}
+	for i := range h.certFiles {
+		out.Files = append(out.Files, certs.FilePair{Cert: h.certFiles[i], Key: h.keyFiles[i]})
+	}
+	if h.acmeEmail != "" {
+		a := &certs.ACME{Directory: h.acmeDirectory, Email: h.acmeEmail, Profile: h.acmeProfile, RenewCheckInterval: h.acmeRenewCheck}
+		if h.acmeCARoot != "" {
+			pem, err := os.ReadFile(h.acmeCARoot)
+			if err != nil {
+				return controlplane.HTTPS{}, fmt.Errorf("-acme-ca-root: %w", err)
+			}
+			a.Roots = x509.NewCertPool()
+			if !a.Roots.AppendCertsFromPEM(pem) {
+				return controlplane.HTTPS{}, fmt.Errorf("-acme-ca-root %s: no PEM certificate in it", h.acmeCARoot)
+			}
+		}
+		out.ACME = a
+	} else if h.acmeCARoot != "" || h.acmeProfile != "" {
+		return controlplane.HTTPS{}, errors.New("-acme-ca-root and -acme-profile go with -acme-email, which turns ACME on")
+	}
+	return out, nil
+}
+
+// addHTTPSFlags registers the HTTPS flags on fs.
+func addHTTPSFlags(fs *flag.FlagSet, h *httpsOptions) {
+	fs.IntVar(&h.port, "https-port", 8443, "`port` of the gateway's HTTPS listener, on the -listen host; it listens when -tls-cert or -acme-email is given, or this flag is (then with certificates from Consul KV under "+consulroute.TLSSecretsPrefix+")")
+	fs.Func("tls-cert", "PEM certificate chain `file` (repeatable, paired in order with -tls-key); first in precedence, and the first answers clients that send no server name", func(s string) error {
+		h.certFiles = append(h.certFiles, s)
+		return nil
+	})
+	fs.Func("tls-key", "PEM private key `file` of the -tls-cert in the same position (repeatable)", func(s string) error {
+		h.keyFiles = append(h.keyFiles, s)
+		return nil
+	})
+	fs.StringVar(&h.acmeDirectory, "acme-directory", certs.LetsEncrypt, "ACME directory `URL` certificates are ordered from for every routed name nothing else covers (Let's Encrypt's staging: "+certs.LetsEncryptStaging+")")
+	fs.StringVar(&h.acmeEmail, "acme-email", "", "the ACME account's contact `address`; setting it turns ACME on and agrees to the CA's terms")
+	fs.StringVar(&h.acmeCARoot, "acme-ca-root", "", "PEM `file` of the CA that signed the ACME directory's own HTTPS certificate (a test CA such as Pebble); default: the system's roots")
+	fs.StringVar(&h.acmeProfile, "acme-profile", "", "certificate `profile` to ask the ACME CA for (default: the CA's)")
+	fs.DurationVar(&h.acmeRenewCheck, "acme-renew-check", certs.DefaultRenewCheckInterval, "how often certificates are checked for renewal (shorten only for certificates that live minutes)")
 }
 
 func runServe(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "serve", `Usage: nomad-serverless serve [options]
 
-Runs the control plane: the gateway and activator on -listen, the admin API
-(/healthz, /metrics, autoscaler state) on -admin-listen, and, on the replica that
-holds the Consul lock, the autoscaler. Reads NOMAD_ADDR, CONSUL_HTTP_ADDR and tokens
+Runs the control plane: the gateway and activator on -listen (and HTTPS on
+-https-port), the admin API (/healthz, /metrics, autoscaler state) on
+-admin-listen, and, on the replica that holds the Consul lock, the autoscaler. Reads NOMAD_ADDR, CONSUL_HTTP_ADDR and tokens
 from the environment. Run several replicas behind a load balancer for high availability.
 
 `)
@@ -40,9 +123,11 @@ from the environment. Run several replicas behind a load balancer for high avail
 	fs.StringVar(&o.replica, "replica", host, "this replica's `name` (unique among serve replicas)")
 	fs.DurationVar(&o.tick, "tick", 2*time.Second, "the autoscaler's decision period")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines instead of text")
+	addHTTPSFlags(fs, &o.https)
 	if _, err := parseFlagsAnywhere(fs, args); err != nil {
 		return exitUsage
 	}
+	fs.Visit(func(f *flag.Flag) { o.https.portSet = o.https.portSet || f.Name == "https-port" })
 	if o.replica == "" {
 		fmt.Fprintln(e.stderr, "nomad-serverless serve: -replica is empty and the host name is unknown; name this replica")
 		return exitUsage
@@ -61,6 +146,10 @@ from the environment. Run several replicas behind a load balancer for high avail
 // serve builds the Nomad and Consul clients and runs the control plane
 // until ctx ends.
 func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
+	https, err := o.https.config(o.listen)
+	if err != nil {
+		return err
+	}
 	nomad, err := newNomad()
 	if err != nil {
 		return err
@@ -72,7 +161,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	}
 	return controlplane.Run(ctx, controlplane.Config{
 		Listen: o.listen, AdminListen: o.adminListen, Advertise: o.advertise,
-		Domain: o.domain, Replica: o.replica, Tick: o.tick,
+		Domain: o.domain, Replica: o.replica, Tick: o.tick, HTTPS: https,
 		Nomad: nomad, Consul: consul, Logger: log,
 	})
 }

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/certs"
 	"github.com/nomad-serverless/nomad-serverless/rollout"
 )
 
@@ -12,7 +15,9 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "status", `Usage: nomad-serverless status [options] <service>
 
 Shows a service's URLs, route, and per revision the desired, running and ready
-instances with the autoscaler's view (stable and panic values, last reason).
+instances with the autoscaler's view (stable and panic values, last reason);
+then each of its names' certificate on the gateways' HTTPS port (source, state,
+issuer, expiry, renewal, last failure).
 
 `)
 	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
@@ -70,8 +75,42 @@ instances with the autoscaler's view (stable and panic values, last reason).
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Revision, trafficCell(r), r.Desired, r.Running, r.Ready, stable, panicV, mode, orDash(reason))
 	}
 	_ = tw.Flush()
+	writeCertificates(e.stdout, v.Certificates)
 	explainStatus(ctx, in, v, e.stdout)
 	return exitOK
+}
+
+// writeCertificates prints each name's certificate: where it comes from,
+// its state, issuer and expiry, and the last failure to obtain or renew
+// it (on which replica, when).
+func writeCertificates(w io.Writer, cs []certs.NameStatus) {
+	if len(cs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := table(w)
+	fmt.Fprintln(tw, "NAME	CERTIFICATE	ISSUER	EXPIRES	RENEW BY	LAST ERROR")
+	stamp := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Local().Format("2006-01-02 15:04:05")
+	}
+	for _, c := range cs {
+		state := c.State
+		if c.Source != "" {
+			state = string(c.Source) + ", " + c.State
+		}
+		last := "-"
+		switch {
+		case c.LastError != "":
+			last = fmt.Sprintf("%s (%s, replica %s)", c.LastError, stamp(c.LastErrorAt), orDash(c.Replica))
+		case c.Note != "":
+			last = c.Note
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, state, orDash(c.Issuer), stamp(c.NotAfter), stamp(c.RenewBy), last)
+	}
+	_ = tw.Flush()
 }
 
 func orDash(s string) string {

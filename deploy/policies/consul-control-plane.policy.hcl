@@ -24,7 +24,16 @@ key "nomad-serverless/control-plane/admin-keys" {
   policy = "write"
 }
 
-# The leader lock's session, created on the node of the replica's Consul agent.
+# The gateway's TLS material: the ACME account key, the certificates it obtained
+# with their private keys, the operator's certificates by name (read from
+# nomad-serverless/control-plane/tls/secrets/), and the locks that make one replica order
+# a name. Only the control plane may read it.
+key_prefix "nomad-serverless/control-plane/tls/" {
+  policy = "write"
+}
+
+# The leader lock's session and the certificate locks' session, created on the
+# node of the replica's Consul agent.
 session_prefix "" {
   policy = "write"
 }

@@ -17,7 +17,8 @@ key_prefix "nomad-serverless/services/" {
 }
 
 # The control plane's own keys, the admin API's keyring among them: whoever
-# reads it can scale every revision through the admin API.
+# reads it can scale every revision through the admin API. The gateway's TLS
+# private keys are there too (nomad-serverless/control-plane/tls/).
 key_prefix "nomad-serverless/control-plane/" {
   policy = "deny"
 }
