@@ -42,10 +42,13 @@ func (g *Gateway) plainHTTPTLS(w http.ResponseWriter, r *http.Request, t *table,
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
 	}
 	if strings.HasPrefix(r.URL.Path, acmeChallengePrefix) {
-		shortAnswer()
+		// Never redirected, answered by us or not: a CA validating a
+		// token another server ordered must reach whatever serves it.
 		if g.tls.ServeChallenge(w, r) {
+			shortAnswer()
 			return true
 		}
+		return false
 	}
 	rt := t.hosts[host]
 	if rt == nil || !rt.redirect || !g.tls.HasCertificate(host) {

@@ -346,10 +346,13 @@ func TestPlainPortRedirectsAndChallenges(t *testing.T) {
 			t.Errorf("%s%s: %d to %q, want 308 to %q", c.host, c.path, code, loc, c.loc)
 		}
 	}
-	// The challenge is answered, not redirected; an unknown token path is
-	// routed (and here redirected) as any path.
+	// The challenge is answered, not redirected; a token path not ours is
+	// routed to the service, not redirected either.
 	if code, _, body := get("hello.default.localhost", "/.well-known/acme-challenge/tok"); code != 200 || body != "tok.thumb" {
 		t.Errorf("challenge: %d %q", code, body)
+	}
+	if code, _, body := get("hello.default.localhost", "/.well-known/acme-challenge/other"); code != 200 || body != "ok from hello.default.localhost" {
+		t.Errorf("a challenge path not ours: %d %q, want it routed", code, body)
 	}
 	// A name without a certificate is not redirected.
 	tg.certs.mu.Lock()

@@ -45,6 +45,9 @@ type ACME struct {
 	// off. ListenHost is the host both listen on ("" for all).
 	HTTPPort, TLSPort int
 	ListenHost        string
+	// NoHTTP01 and NoTLSALPN01 turn a challenge type off (for example
+	// HTTP-01 where port 80 of the names does not reach the gateway).
+	NoHTTP01, NoTLSALPN01 bool
 	// RenewCheckInterval is how often held certificates are checked for
 	// renewal (0: DefaultRenewCheckInterval).
 	RenewCheckInterval time.Duration
@@ -174,6 +177,9 @@ func (m *Manager) setupACME(a ACME) error {
 	if a.Directory == "" || a.Email == "" {
 		return errors.New("certificates: ACME needs a directory URL and an email")
 	}
+	if m.cfg.issuer == nil && (a.HTTPPort == 0 || a.NoHTTP01) && (a.TLSPort == 0 || a.NoTLSALPN01) {
+		return errors.New("certificates: ACME needs a challenge type: HTTP-01 and TLS-ALPN-01 are both off")
+	}
 	locks, err := m.cfg.Consul.NewMutexes(consulroute.TLSKVPrefix+"locks/", m.cfg.Replica)
 	if err != nil {
 		return fmt.Errorf("certificates: %w", err)
@@ -216,8 +222,8 @@ func (m *Manager) setupACME(a ACME) error {
 		AltHTTPPort:             a.HTTPPort,
 		AltTLSALPNPort:          a.TLSPort,
 		ListenHost:              a.ListenHost,
-		DisableHTTPChallenge:    a.HTTPPort == 0,
-		DisableTLSALPNChallenge: a.TLSPort == 0,
+		DisableHTTPChallenge:    a.HTTPPort == 0 || a.NoHTTP01,
+		DisableTLSALPNChallenge: a.TLSPort == 0 || a.NoTLSALPN01,
 		Logger:                  zl,
 	})
 	m.magic.Issuers = []certmagic.Issuer{m.issuer}

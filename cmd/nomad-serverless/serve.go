@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
@@ -39,6 +40,7 @@ type httpsOptions struct {
 	acmeCARoot          string
 	acmeProfile         string
 	acmeRenewCheck      time.Duration
+	acmeChallenges      string
 }
 
 // on tells whether serve listens for HTTPS: when it has a certificate
@@ -69,7 +71,19 @@ func (h httpsOptions) config(listen string) (controlplane.HTTPS, error) {
 		out.Files = append(out.Files, certs.FilePair{Cert: h.certFiles[i], Key: h.keyFiles[i]})
 	}
 	if h.acmeEmail != "" {
-		a := &certs.ACME{Directory: h.acmeDirectory, Email: h.acmeEmail, Profile: h.acmeProfile, RenewCheckInterval: h.acmeRenewCheck}
+		a := &certs.ACME{Directory: h.acmeDirectory, Email: h.acmeEmail, Profile: h.acmeProfile, RenewCheckInterval: h.acmeRenewCheck,
+			NoHTTP01: true, NoTLSALPN01: true}
+		for _, c := range strings.Split(h.acmeChallenges, ",") {
+			switch strings.TrimSpace(c) {
+			case "http-01":
+				a.NoHTTP01 = false
+			case "tls-alpn-01":
+				a.NoTLSALPN01 = false
+			case "":
+			default:
+				return controlplane.HTTPS{}, fmt.Errorf("-acme-challenges: unknown challenge type %q (want http-01, tls-alpn-01 or both)", c)
+			}
+		}
 		if h.acmeCARoot != "" {
 			pem, err := os.ReadFile(h.acmeCARoot)
 			if err != nil {
@@ -102,6 +116,7 @@ func addHTTPSFlags(fs *flag.FlagSet, h *httpsOptions) {
 	fs.StringVar(&h.acmeEmail, "acme-email", "", "the ACME account's contact `address`; setting it turns ACME on and agrees to the CA's terms")
 	fs.StringVar(&h.acmeCARoot, "acme-ca-root", "", "PEM `file` of the CA that signed the ACME directory's own HTTPS certificate (a test CA such as Pebble); default: the system's roots")
 	fs.StringVar(&h.acmeProfile, "acme-profile", "", "certificate `profile` to ask the ACME CA for (default: the CA's)")
+	fs.StringVar(&h.acmeChallenges, "acme-challenges", "http-01,tls-alpn-01", "ACME challenge `types` to answer: HTTP-01 on the HTTP port (the CA asks port 80), TLS-ALPN-01 on the HTTPS port (the CA asks 443)")
 	fs.DurationVar(&h.acmeRenewCheck, "acme-renew-check", certs.DefaultRenewCheckInterval, "how often certificates are checked for renewal (shorten only for certificates that live minutes)")
 }
 
