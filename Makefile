@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/nomad-serverless
 PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
-.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz fuzz-http clean
+.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway bench-tls lint demo fuzz fuzz-http clean
 
 # CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
 # also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
@@ -67,7 +67,7 @@ e2e-scale: build
 e2e-rehearsal: build
 	$(GO) test -count=1 -v -timeout 20m ./e2e/ -args -rehearse
 
-bench: bench-sidecar bench-gateway
+bench: bench-sidecar bench-gateway bench-tls
 	$(GO) test -run '^$$' -bench . -benchmem ./spec/ ./hcl/ ./autoscaler/ ./sidecar/ ./activator/
 
 # BENCHFLAGS passes loadbench flags: make bench-sidecar
@@ -79,6 +79,11 @@ bench-sidecar: build
 
 bench-gateway: build
 	$(GO) run ./bench/loadbench -mode gateway -bin $(BIN) $(BENCHFLAGS)
+
+# The HTTPS port against HAProxy terminating TLS with the same certificate
+# in front of the same sidecar (bench/loadbench/tls.go).
+bench-tls: build
+	$(GO) run ./bench/loadbench -mode tls -bin $(BIN) $(BENCHFLAGS)
 
 # The HCL parser's fuzz target (make fuzz FUZZTIME=10m for longer).
 # -fuzzminimizetime 1000x: Go minimizes every new interesting input, by

@@ -17,6 +17,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/activator"
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/certs"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -38,6 +39,10 @@ type gatewayChildConfig struct {
 	Listen string            `json:"listen"`
 	Policy activator.Policy  `json:"policy"`
 	Routes []gatewayBenchSvc `json:"routes"`
+	// TLSListen, when set, is an HTTPS port beside Listen, with the
+	// certificates in CertFiles (tls.go).
+	TLSListen string           `json:"tls_listen,omitempty"`
+	CertFiles []certs.FilePair `json:"cert_files,omitempty"`
 }
 
 // gatewayBenchSvc is one service with one revision and its instances
@@ -104,8 +109,21 @@ func runGatewayChild(js string) error {
 	}
 	go func() { _ = g.Run(ctx) }()
 	srv := g.Server(cfg.Listen)
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
+	if cfg.TLSListen != "" {
+		m, err := certs.New(certs.Config{Files: cfg.CertFiles})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", cfg.TLSListen)
+		if err != nil {
+			return err
+		}
+		tsrv := g.TLSServer(cfg.TLSListen)
+		go func() { errc <- tsrv.Serve(g.TLSListener(ln, m.TLSConfig())) }()
+		defer tsrv.Close()
+	}
 	select {
 	case err := <-errc:
 		return err

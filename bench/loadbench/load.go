@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ type Target struct {
 	Addr string // host:port to connect to
 	Path string // request target, default "/"
 	Host string // Host header, default Addr
+	// TLS, when set, makes every connection a TLS client's (tls.go).
+	TLS *tls.Config
 }
 
 func (t Target) request() []byte {
@@ -42,6 +45,9 @@ type Load struct {
 	// Timeout bounds one request; a request that takes longer counts as an
 	// error and its connection is replaced.
 	Timeout time.Duration
+	// NewConnEach closes the connection after every response, so every
+	// request pays a connection (and a TLS handshake) of its own.
+	NewConnEach bool
 }
 
 // Result is what one load run measured.
@@ -88,7 +94,7 @@ func Run(ctx context.Context, target Target, load Load) *Result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			drive(ctx, target.Addr, req, end, load.Timeout, r)
+			drive(ctx, target, req, end, load, r)
 		}()
 	}
 	wg.Wait()
@@ -111,7 +117,8 @@ func Run(ctx context.Context, target Target, load Load) *Result {
 }
 
 // drive is one connection's closed loop.
-func drive(ctx context.Context, addr string, req []byte, end time.Time, timeout time.Duration, r *Result) {
+func drive(ctx context.Context, target Target, req []byte, end time.Time, load Load, r *Result) {
+	addr, timeout := target.Addr, load.Timeout
 	var (
 		conn net.Conn
 		br   *bufio.Reader
@@ -138,6 +145,16 @@ func drive(ctx context.Context, addr string, req []byte, end time.Time, timeout 
 			// One deadline for the connection's whole life: setting one
 			// per request would cost a timer update each.
 			_ = conn.SetDeadline(end.Add(timeout))
+			if target.TLS != nil {
+				tc := tls.Client(c, target.TLS)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					r.Errors++
+					c.Close()
+					conn = nil
+					continue
+				}
+				conn = tc
+			}
 			if br == nil {
 				br = bufio.NewReaderSize(conn, 32<<10)
 			} else {
@@ -166,7 +183,7 @@ func drive(ctx context.Context, addr string, req []byte, end time.Time, timeout 
 			r.ByClass[min(status/100, 5)]++
 			r.Latency.Record(d)
 		}
-		if !keep {
+		if !keep || load.NewConnEach {
 			conn.Close()
 			conn = nil
 		}

@@ -78,6 +78,7 @@ func modes() map[string]mode {
 	return map[string]mode{
 		"sidecar":   runSidecarBench,
 		"gateway":   runGatewayBench,
+		"tls":       runTLSBench,
 		"coldstart": runColdStartBench,
 	}
 }
