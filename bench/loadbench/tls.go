@@ -88,7 +88,10 @@ func runTLSBench(ctx context.Context, o Options) error {
 	hpPeer := haproxyTLSPeer(combined)
 	bin, skip := locatePeer(hpPeer, exec.LookPath)
 	if skip != "" {
-		return fmt.Errorf("the TLS benchmark compares with HAProxy: %s", skip)
+		// Every target here is a ratio to HAProxy's: nothing to say
+		// without it.
+		fmt.Fprintf(o.Out, "the TLS benchmark compares the gateway with HAProxy and skips without it: %s\n", skip)
+		return nil
 	}
 	hp, err := startPeer(hpPeer, bin, addrOf(scPort))
 	if err != nil {
