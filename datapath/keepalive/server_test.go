@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // Requests written back to back are answered in order on one connection.
@@ -136,6 +138,39 @@ func TestContextPerRequest(t *testing.T) {
 	}
 	if second.Err() != nil {
 		t.Fatalf("second context: %v", second.Err())
+	}
+}
+
+// A handler that waited on its context (a request that waited in the
+// activator's queue) and then polls Err (the upstream read that wakes every
+// clientCheckInterval) gets its answer to a client that waits for it. Err
+// once peeked at the socket then, and the peek waited for the read lock
+// the watcher holds until the client sends or leaves: the request hung
+// until the client gave up (TestComponentColdBurst lost 2 of 200 requests
+// that way on a busy machine, where the app's answer took over a second).
+func TestErrAfterDone(t *testing.T) {
+	errs := make(chan error, 1)
+	loop := startLoop(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		d, cancel := context.WithTimeout(ctx, time.Millisecond) // AfterFunc: the watcher starts
+		<-d.Done()
+		cancel()
+		time.Sleep(clientCheckInterval + 100*time.Millisecond) // the next Err looks at the client
+		go func() { errs <- ctx.Err() }()
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("Err = %v for a client that waits", err)
+			}
+		case <-time.After(testbin.Bound(10 * time.Second)):
+			t.Error("Err blocked while the client waited for its answer")
+		}
+		io.WriteString(w, "ok")
+	}), nil)
+	rc := dial(t, loop.addr)
+	rc.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if r := rc.read("GET"); r.body != "ok" {
+		t.Fatalf("got %q (%v)", r.body, r.readFail)
 	}
 }
 
