@@ -127,7 +127,7 @@ func (s *devSession) wait(t *testing.T, timeout time.Duration) int {
 }
 
 func TestDevStartsWaitsAndStopsInOrder(t *testing.T) {
-	f := newDevFakes(t, allDevRoles, map[string]string{"FAKE_LEADER_DELAY": "300ms"})
+	f := newDevFakes(t, allDevRoles, map[string]string{"FAKE_LEADER_POLLS": "2"})
 	c := devTestConfig(t, f)
 	s := startDevSession(t, c, f.Dir)
 	s.waitOutput(t, "Ctrl-C stops everything", 30*time.Second)
