@@ -22,7 +22,7 @@ func testRevision(backends int, limit int32) *revision {
 // waitQueued waits until n requests wait in r's queue.
 func waitQueued(t *testing.T, r *revision, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testbin.Bound(20 * time.Second))
 	for {
 		r.mu.Lock()
 		got := r.waiters.Len()

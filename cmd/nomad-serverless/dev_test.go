@@ -97,6 +97,7 @@ func startDevSession(t *testing.T, c devConfig, path string) *devSession {
 // waitOutput waits until stdout contains want, failing if dev returns first.
 func (s *devSession) waitOutput(t *testing.T, want string, timeout time.Duration) {
 	t.Helper()
+	timeout = testbin.Bound(timeout)
 	deadline := time.Now().Add(timeout)
 	for !strings.Contains(s.stdout.String(), want) {
 		select {
