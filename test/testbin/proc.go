@@ -173,17 +173,6 @@ func Eventually(tb testing.TB, timeout, poll time.Duration, what string, cond fu
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("testbin: find a free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // Buffer is an io.Writer safe for concurrent writers (a process's two
 // output pipes, several tasks) and readers; the zero value is empty.
 type Buffer struct {
