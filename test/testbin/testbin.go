@@ -1,8 +1,9 @@
 // Package testbin gives component and e2e tests the real nomad-serverless
 // binary and a few helpers to run it: Path builds the binary once per test
 // process; Start runs a process whose end is registered in t.Cleanup;
-// FreePort and WaitPort deal with 127.0.0.1 ports; Eventually polls a
-// condition and Buffer collects output written concurrently.
+// FreePort picks ports outside the ephemeral range and WaitPort waits for
+// one on 127.0.0.1; Eventually polls a condition (Bound scales its bound)
+// and Buffer collects output written concurrently.
 //
 // Set NOMAD_SERVERLESS_TEST_BIN to a prebuilt binary to skip the build.
 package testbin
