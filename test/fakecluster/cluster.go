@@ -3,7 +3,6 @@ package fakecluster
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"sync"
 	"testing"
@@ -25,12 +24,6 @@ type Options struct {
 	// HeartbeatInterval is how often an idle event stream gets a "{}"
 	// heartbeat; default 10s, as Nomad.
 	HeartbeatInterval time.Duration
-	// ClientSyncInterval is how often an allocation's changes reach the
-	// server in one batch, as a Nomad client sends them every 200 ms: the
-	// servers' view trails what runs, and Consul may list an instance
-	// passing while Nomad still says pending. Default 200ms; below 0 every
-	// change is reported at once.
-	ClientSyncInterval time.Duration
 	// DataDir holds the allocation directories; default a temporary
 	// directory removed on Close.
 	DataDir string
@@ -38,8 +31,6 @@ type Options struct {
 	// line prefixed with "[job alloc task] ". They always go to
 	// <DataDir>/alloc/<alloc ID>/alloc/logs/<task>.std{out,err}.0 too.
 	TaskOutput io.Writer
-	// Logger receives the fake agents' own logs; default discards them.
-	Logger *slog.Logger
 }
 
 // Cluster is a fake Nomad agent and a fake Consul agent on 127.0.0.1, wired
@@ -55,12 +46,6 @@ type Cluster struct {
 
 // New starts a cluster. Call Close when done.
 func New(opts Options) (*Cluster, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.ClientSyncInterval == 0 {
-		opts.ClientSyncInterval = 200 * time.Millisecond
-	}
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = 10 * time.Second
 	}

@@ -2,9 +2,8 @@ package fakecluster
 
 import (
 	"cmp"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/http"
 	"slices"
@@ -29,7 +28,6 @@ const (
 // index and wait. It is safe for concurrent use.
 type Consul struct {
 	opts Options
-	log  *slog.Logger
 	srv  *server
 	quit chan struct{}
 
@@ -57,7 +55,7 @@ type Consul struct {
 
 func newConsul(opts Options) *Consul {
 	c := &Consul{
-		opts: opts, log: opts.Logger.With("agent", "consul"), quit: make(chan struct{}),
+		opts: opts, quit: make(chan struct{}),
 		index: 10, // a fresh dev agent has written a few entries already
 		kv:    map[string]*consulapi.KVPair{}, kvTomb: map[string]uint64{}, lockDelay: map[string]time.Time{},
 		sessions: map[string]*session{}, services: map[string]*consulapi.AgentService{}, checks: map[string]*consulCheck{},
@@ -307,8 +305,8 @@ func (s *session) checkIDs() []string {
 // serfCheckID is the node's own check, a session's default.
 const serfCheckID = "serfHealth"
 
-// sessionCreate creates a session (behavior release; lock delay 15s at
-// most 60s; TTL between 10s and 24h; bound to the node's serfHealth unless
+// sessionCreate creates a session (behavior release; lock delay 15s, at
+// most 60s; a TTL; bound to the node's serfHealth unless
 // NodeChecks says otherwise, and to ServiceChecks), refused when a check
 // it is bound to is critical or unknown (validateSessionChecksTxn).
 func (c *Consul) sessionCreate(w http.ResponseWriter, r *http.Request) {
@@ -316,34 +314,19 @@ func (c *Consul) sessionCreate(w http.ResponseWriter, r *http.Request) {
 		consulapi.SessionEntry
 		LockDelay string
 	}
-	b, err := readBody(r)
-	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		err = json.Unmarshal(b, &req)
-	}
-	if err != nil {
+	err := readJSON(r, &req)
+	s := &session{SessionEntry: req.SessionEntry}
+	s.ID, s.Node = newUUID(), consulNodeName
+	lockDelay, err1 := time.ParseDuration(cmp.Or(req.LockDelay, "15s"))
+	ttl, err2 := time.ParseDuration(cmp.Or(s.TTL, "0s"))
+	if err = errors.Join(err, err1, err2); err != nil {
 		badRequest(w, err)
 		return
 	}
-	s := &session{SessionEntry: req.SessionEntry}
-	s.ID, s.Node, s.LockDelay = newUUID(), consulNodeName, 15*time.Second
+	s.LockDelay, s.ttl = min(lockDelay, 60*time.Second), ttl
 	if s.Behavior = cmp.Or(s.Behavior, consulapi.SessionBehaviorRelease); s.Behavior != consulapi.SessionBehaviorRelease {
 		writeText(w, writeHeaders, http.StatusBadRequest, "fake cluster: only sessions with behavior release are supported")
 		return
-	}
-	if req.LockDelay != "" {
-		d, err := time.ParseDuration(req.LockDelay)
-		if err != nil {
-			badRequest(w, err)
-			return
-		}
-		s.LockDelay = min(d, 60*time.Second)
-	}
-	if s.TTL != "" {
-		var err error
-		if s.ttl, err = time.ParseDuration(s.TTL); err != nil || s.ttl < 10*time.Second || s.ttl > 24*time.Hour {
-			writeText(w, writeHeaders, http.StatusBadRequest, fmt.Sprintf("Invalid Session TTL '%s', must be between [10s=24h0m0s]", s.TTL))
-			return
-		}
 	}
 	if s.NodeChecks == nil {
 		s.NodeChecks = []string{serfCheckID}

@@ -3,6 +3,7 @@ package fakecluster
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -169,9 +170,6 @@ func (c *Consul) Register(reg *consulapi.AgentServiceRegistration, replaceChecks
 		s = &consulapi.AgentService{ID: id, CreateIndex: idx}
 		c.services[id] = s
 	}
-	if s.Service != reg.Name {
-		c.nameIndex[s.Service] = idx // a renamed instance leaves its old name
-	}
 	addr := cmp.Or(reg.Address, "127.0.0.1")
 	tagged := consulapi.ServiceAddress{Address: addr, Port: reg.Port}
 	s.Service, s.Tags, s.Address, s.Port, s.Meta = reg.Name, slices.Clone(reg.Tags), reg.Address, reg.Port, maps.Clone(reg.Meta)
@@ -214,17 +212,12 @@ func checkFromDefinition(serviceID string, reg *consulapi.AgentServiceRegistrati
 	if !slices.Contains([]string{consulapi.HealthPassing, consulapi.HealthWarning, consulapi.HealthCritical}, chk.Status) {
 		return nil, fmt.Errorf("Invalid check status: %q", d.Status)
 	}
-	for _, f := range []struct {
-		to  *time.Duration
-		val string
-	}{{&chk.interval, d.Interval}, {&chk.timeout, d.Timeout}} {
-		if f.val != "" {
-			var err error
-			if *f.to, err = time.ParseDuration(f.val); err != nil {
-				return nil, fmt.Errorf("Invalid check duration %q: %v", f.val, err)
-			}
-		}
+	interval, err1 := time.ParseDuration(cmp.Or(d.Interval, "0s"))
+	timeout, err2 := time.ParseDuration(cmp.Or(d.Timeout, "0s"))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("Invalid check duration: %v", err)
 	}
+	chk.interval, chk.timeout = interval, cmp.Or(timeout, 10*time.Second)
 	switch {
 	case d.HTTP != "":
 		chk.Type = "http"
@@ -238,7 +231,6 @@ func checkFromDefinition(serviceID string, reg *consulapi.AgentServiceRegistrati
 	default:
 		return nil, fmt.Errorf("fake cluster: only HTTP, TTL and alias checks are supported")
 	}
-	chk.timeout = cmp.Or(chk.timeout, 10*time.Second)
 	return chk, nil
 }
 

@@ -1,6 +1,7 @@
 package fakecluster
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -15,7 +16,6 @@ import (
 // than pretend to apply them.
 const (
 	kindServiceDefaults = "service-defaults"
-	kindProxyDefaults   = "proxy-defaults"
 	kindRouter          = "service-router"
 	kindSplitter        = "service-splitter"
 	kindResolver        = "service-resolver"
@@ -181,12 +181,10 @@ func validateEntry(kind, name string, raw map[string]any) error {
 	switch {
 	case kind == "":
 		return fmt.Errorf("Request decoding failed: Payload does not contain a Kind key at the top level")
-	case !slices.Contains([]string{kindServiceDefaults, kindProxyDefaults, kindRouter, kindSplitter, kindResolver}, kind):
+	case !slices.Contains([]string{kindServiceDefaults, kindRouter, kindSplitter, kindResolver}, kind):
 		return fmt.Errorf("fake cluster: config entry kind %q is not supported by the fake Consul", kind)
 	case name == "":
 		return fmt.Errorf("Name is required")
-	case kind == kindProxyDefaults && name != "global":
-		return fmt.Errorf("invalid name (%q), only %q is supported", name, "global")
 	case raw == nil:
 		return nil
 	case kind == kindSplitter:
@@ -214,17 +212,10 @@ func validateEntry(kind, name string, raw map[string]any) error {
 	return nil
 }
 
-// protocolOf is a service's protocol: its service-defaults', else the
-// global proxy-defaults', else tcp.
+// protocolOf is a service's protocol: its service-defaults', else tcp.
 func (s configState) protocolOf(service string) string {
 	p, _ := s[kindServiceDefaults][service]["Protocol"].(string)
-	if cfg, ok := s[kindProxyDefaults]["global"]["Config"].(map[string]any); ok && p == "" {
-		p, _ = cfg["protocol"].(string)
-	}
-	if p == "" {
-		return "tcp"
-	}
-	return strings.ToLower(p)
+	return strings.ToLower(cmp.Or(p, "tcp"))
 }
 
 // chain is a compiled discovery chain in Consul's wire shape (fixture 037).

@@ -24,11 +24,11 @@
 //
 // Consul: KV (cas, acquire, release, recurse, keys), sessions (TTL, lock
 // delay, bound to checks: refused on a critical one, ended when one turns
-// critical or goes), config entries (service-defaults, proxy-defaults,
-// routers, splitters, resolvers, validated as a routing graph) and the
-// compiled discovery chain, agent service registration with HTTP checks
-// that really run, TTL checks and alias checks, health and catalog reads,
-// and blocking queries (index and wait) on all of them.
+// critical or goes), config entries (service-defaults, routers, splitters,
+// resolvers, validated as a routing graph) and the compiled discovery
+// chain, agent service registration with HTTP checks that really run, TTL
+// and alias checks, health and catalog reads, and blocking queries (index
+// and wait) on all of them.
 //
 // What it simplifies, so a test must not read more into a pass: one node;
 // no constraints, resources, deployments or evaluations; only raw_exec; no

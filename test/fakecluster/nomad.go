@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/http"
 	"reflect"
@@ -29,7 +28,6 @@ const (
 // `nomad agent -dev`). It is safe for concurrent use.
 type Nomad struct {
 	opts   Options
-	log    *slog.Logger
 	consul *Consul
 	srv    *server
 	quit   chan struct{}
@@ -73,7 +71,7 @@ type ScaleRequest struct {
 
 func newNomad(opts Options, consul *Consul) *Nomad {
 	n := &Nomad{
-		opts: opts, log: opts.Logger.With("agent", "nomad"), consul: consul, quit: make(chan struct{}), index: 10,
+		opts: opts, consul: consul, quit: make(chan struct{}), index: 10,
 		jobs: map[string]*nomadJob{}, allocs: map[string]*alloc{}, ports: map[int]bool{}, timers: map[*time.Timer]bool{},
 	}
 	mux := http.NewServeMux()
@@ -241,16 +239,11 @@ func specChanged(old, submitted *api.Job) bool {
 	return !reflect.DeepEqual(spec(old), spec(submitted))
 }
 
-// copyJob deep-copies a job through JSON.
+// copyJob deep-copies a job through JSON (an api.Job always encodes).
 func copyJob(j *api.Job) *api.Job {
 	var out api.Job
-	b, err := json.Marshal(j)
-	if err == nil {
-		err = json.Unmarshal(b, &out)
-	}
-	if err != nil {
-		panic(fmt.Sprintf("fake cluster: copy job: %v", err))
-	}
+	b, _ := json.Marshal(j)
+	_ = json.Unmarshal(b, &out)
 	return &out
 }
 
@@ -354,8 +347,6 @@ func (n *Nomad) stubLocked(j *nomadJob) *api.JobListStub {
 			g.Complete++
 		case api.AllocClientStatusFailed:
 			g.Failed++
-		case api.AllocClientStatusLost:
-			g.Lost++
 		}
 		sum.Summary[a.TaskGroup] = g
 	}

@@ -27,11 +27,7 @@ type alloc struct {
 }
 
 func (a *alloc) terminal() bool {
-	switch a.ClientStatus {
-	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
-		return true
-	}
-	return false
+	return slices.Contains([]string{api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost}, a.ClientStatus)
 }
 
 // allocsOfLocked lists the allocations of the job's current incarnation (a
@@ -136,15 +132,13 @@ func freeSlot(used map[int]bool) int {
 
 // rescheduleDelay is the delay before a failed allocation is replaced: the
 // cluster's RescheduleDelay when set, else the group's reschedule policy
-// (doubling per earlier replacement up to MaxDelay when exponential).
+// (as canonicalized; doubling per earlier replacement up to MaxDelay when
+// exponential).
 func (n *Nomad) rescheduleDelay(j *nomadJob, tg *api.TaskGroup) time.Duration {
 	if n.opts.RescheduleDelay > 0 {
 		return n.opts.RescheduleDelay
 	}
 	p := tg.ReschedulePolicy
-	if p == nil {
-		return 30 * time.Second
-	}
 	d := deref(p.Delay)
 	if deref(p.DelayFunction) == "exponential" {
 		for _, a := range n.allocsOfLocked(j) {
@@ -320,10 +314,7 @@ func (a *alloc) marshal(withJob bool) json.RawMessage {
 	if !withJob {
 		cp.Job = nil
 	}
-	b, err := json.Marshal(cp)
-	if err != nil {
-		panic(fmt.Sprintf("fake cluster: encode allocation: %v", err))
-	}
+	b, _ := json.Marshal(cp) // the API types always encode
 	return b
 }
 
@@ -368,11 +359,8 @@ func (n *Nomad) writeAllocStubs(w http.ResponseWriter, keep func(a *alloc) bool)
 		})
 	}
 	idx := max(n.allocsIndex, 1)
-	b, err := json.Marshal(out)
+	b, _ := json.Marshal(out)
 	n.mu.Unlock()
-	if err != nil {
-		panic(fmt.Sprintf("fake cluster: encode allocations: %v", err))
-	}
 	writeJSON(w, queryHeaders(idx), json.RawMessage(b))
 }
 

@@ -1,13 +1,12 @@
 package fakecluster
 
 import (
-	"bytes"
+	"bufio"
 	"cmp"
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +28,6 @@ import (
 // kills the main tasks and then the sidecars.
 type allocRunner struct {
 	n        *Nomad
-	log      *slog.Logger
 	a        api.Allocation // as placed; the runner reads only what does not change
 	slot     int
 	tg       *api.TaskGroup
@@ -39,12 +37,18 @@ type allocRunner struct {
 	stopOnce sync.Once
 
 	syncMu  sync.Mutex
-	pending []func(a *alloc) // changes not yet reported (Options.ClientSyncInterval)
+	pending []func(a *alloc) // changes not yet reported to the server
 }
+
+// clientSyncInterval is how often a Nomad client sends its allocations'
+// changes to the servers, in one batch (allocSyncIntv): the servers' view
+// trails what runs, and Consul may list an instance passing while Nomad
+// still says pending.
+const clientSyncInterval = 200 * time.Millisecond
 
 func newAllocRunner(n *Nomad, a *alloc, setupErr error) *allocRunner {
 	return &allocRunner{
-		n: n, log: n.log.With("alloc", a.ID[:8], "job", a.JobID), a: a.Allocation, slot: a.slot,
+		n: n, a: a.Allocation, slot: a.slot,
 		tg: jobGroup(a.Job, a.TaskGroup), dir: filepath.Join(n.opts.DataDir, "alloc", a.ID), setupErr: setupErr,
 		stopCh: make(chan struct{}),
 	}
@@ -52,13 +56,8 @@ func newAllocRunner(n *Nomad, a *alloc, setupErr error) *allocRunner {
 
 func (r *allocRunner) stop() { r.stopOnce.Do(func() { close(r.stopCh) }) }
 
-// report queues a change of the allocation for the next sync with the
-// server, or applies it at once when syncing is off.
+// report queues a change of the allocation for the next sync.
 func (r *allocRunner) report(f func(a *alloc)) {
-	if r.n.opts.ClientSyncInterval < 0 {
-		r.n.updateAlloc(r.a.ID, f)
-		return
-	}
 	r.syncMu.Lock()
 	r.pending = append(r.pending, f)
 	r.syncMu.Unlock()
@@ -113,24 +112,22 @@ func taskEvent(typ, display string, set func(e *api.TaskEvent)) *api.TaskEvent {
 }
 
 // run runs the allocation's tasks to their end, reporting their changes
-// every ClientSyncInterval and once more at the end.
+// every clientSyncInterval and once more at the end.
 func (r *allocRunner) run() {
 	done := make(chan struct{})
 	var syncer sync.WaitGroup
-	if every := r.n.opts.ClientSyncInterval; every > 0 {
-		syncer.Go(func() {
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case <-t.C:
-					r.sync()
-				}
+	syncer.Go(func() {
+		t := time.NewTicker(clientSyncInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				r.sync()
 			}
-		})
-	}
+		}
+	})
 	r.runTasks()
 	close(done)
 	syncer.Wait() // one batch at a time, in order
@@ -171,10 +168,9 @@ func (r *allocRunner) runTasks() {
 	services := r.registerServices()
 
 	failed := make(chan string, len(r.tg.Tasks))
-	var all, side, main []*taskRunner
+	var side, main []*taskRunner
 	start := func(t *api.Task) *taskRunner {
 		tr := &taskRunner{r: r, task: t, failed: failed, killCh: make(chan struct{}), started: make(chan bool, 1), done: make(chan struct{})}
-		all = append(all, tr)
 		go tr.run()
 		return tr
 	}
@@ -280,11 +276,9 @@ func (r *allocRunner) registerServices() []string {
 			}
 			reg.Checks = append(reg.Checks, def)
 		}
-		if err := r.n.consul.Register(reg, true); err != nil {
-			r.log.Warn("registering a service failed", "service", name, "err", err)
-			continue
+		if r.n.consul.Register(reg, true) == nil {
+			ids = append(ids, id)
 		}
-		ids = append(ids, id)
 	}
 	return ids
 }
@@ -426,27 +420,33 @@ func (t *taskRunner) start() (*process, error) {
 	for k, v := range t.task.Env {
 		cmd.Env = append(cmd.Env, interpolate(k, vars)+"="+interpolate(v, vars))
 	}
+	// Output goes to the allocation's log files and, line by line with a
+	// prefix, to TaskOutput.
 	var closers []io.Closer
-	for i, stream := range []string{"stdout", "stderr"} {
-		f, err := os.OpenFile(filepath.Join(r.dir, "alloc", "logs", t.task.Name+"."+stream+".0"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return nil, err
-		}
-		closers = append(closers, f)
-		var w io.Writer = f
-		if out := r.n.opts.TaskOutput; out != nil {
-			lw := &lineWriter{w: out, mu: &r.n.outMu, prefix: fmt.Sprintf("[%s %s %s] ", r.a.JobID, r.a.ID[:8], t.task.Name)}
-			closers, w = append(closers, lw), io.MultiWriter(f, lw)
-		}
-		if i == 0 {
-			cmd.Stdout = w
-		} else {
-			cmd.Stderr = w
-		}
-	}
 	closeAll := func() {
 		for _, c := range closers {
 			c.Close()
+		}
+	}
+	for i, stream := range []*io.Writer{&cmd.Stdout, &cmd.Stderr} {
+		name := t.task.Name + []string{".stdout.0", ".stderr.0"}[i]
+		f, err := os.OpenFile(filepath.Join(r.dir, "alloc", "logs", name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		closers, *stream = append(closers, f), f
+		if out := r.n.opts.TaskOutput; out != nil {
+			pr, pw := io.Pipe()
+			closers, *stream = append(closers, pw), io.MultiWriter(f, pw)
+			r.n.wg.Go(func() {
+				for sc := bufio.NewScanner(pr); sc.Scan(); {
+					r.n.outMu.Lock()
+					fmt.Fprintf(out, "[%s %s %s] %s\n", r.a.JobID, r.a.ID[:8], t.task.Name, sc.Text())
+					r.n.outMu.Unlock()
+				}
+				_, _ = io.Copy(io.Discard, pr) // after a line too long to scan
+			})
 		}
 	}
 	if err := cmd.Start(); err != nil {
@@ -548,41 +548,4 @@ func (r *allocRunner) vars(task *api.Task, taskDir string) map[string]string {
 		v["NOMAD_HOST_IP_"+p.Label], v["NOMAD_HOST_PORT_"+p.Label], v["NOMAD_HOST_ADDR_"+p.Label] = "127.0.0.1", host, "127.0.0.1:"+host
 	}
 	return v
-}
-
-// lineWriter prefixes each line written to w; lines from different tasks
-// do not interleave.
-type lineWriter struct {
-	w      io.Writer
-	mu     *sync.Mutex
-	prefix string
-	lmu    sync.Mutex
-	buf    bytes.Buffer
-}
-
-func (l *lineWriter) Write(p []byte) (int, error) {
-	l.lmu.Lock()
-	defer l.lmu.Unlock()
-	l.buf.Write(p)
-	for i := bytes.IndexByte(l.buf.Bytes(), '\n'); i >= 0; i = bytes.IndexByte(l.buf.Bytes(), '\n') {
-		l.emit(l.buf.Next(i + 1))
-	}
-	return len(p), nil
-}
-
-func (l *lineWriter) emit(line []byte) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, _ = io.WriteString(l.w, l.prefix)
-	_, _ = l.w.Write(line)
-}
-
-func (l *lineWriter) Close() error {
-	l.lmu.Lock()
-	defer l.lmu.Unlock()
-	if l.buf.Len() > 0 {
-		l.emit(append(l.buf.Bytes(), '\n'))
-		l.buf.Reset()
-	}
-	return nil
 }
