@@ -61,8 +61,8 @@ func newConsul(opts Options) *Consul {
 		sessions: map[string]*session{}, services: map[string]*consulapi.AgentService{}, checks: map[string]*consulCheck{},
 		nameIndex: map[string]uint64{}, config: map[string]map[string]*configEntry{},
 	}
-	mux := http.NewServeMux()
-	for pattern, h := range map[string]http.HandlerFunc{
+	forbidden := "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission"
+	c.srv = newServer("Consul", forbidden, map[string]http.HandlerFunc{
 		"GET /v1/agent/self": c.agentSelf, "PUT /v1/agent/service/register": c.serviceRegister,
 		"PUT /v1/agent/service/deregister/{id}": c.serviceDeregister,
 		"GET /v1/agent/services":                c.agentServices, "GET /v1/agent/service/{id}": c.agentService,
@@ -74,13 +74,7 @@ func newConsul(opts Options) *Consul {
 		"PUT /v1/config": c.configSet, "GET /v1/config/{kind}": c.configList,
 		"GET /v1/config/{kind}/{name}": c.configGet, "DELETE /v1/config/{kind}/{name}": c.configDelete,
 		"GET /v1/discovery-chain/{name}": c.discoveryChain,
-		"/": func(w http.ResponseWriter, r *http.Request) {
-			writeText(w, nil, http.StatusNotFound, fmt.Sprintf("fake cluster: Consul endpoint %s %s is not implemented by the fake", r.Method, r.URL.Path))
-		},
-	} {
-		mux.HandleFunc(pattern, h)
-	}
-	c.srv = &server{name: "consul", handler: mux, forbidden: "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission"}
+	})
 	return c
 }
 

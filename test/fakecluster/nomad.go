@@ -74,8 +74,7 @@ func newNomad(opts Options, consul *Consul) *Nomad {
 		opts: opts, consul: consul, quit: make(chan struct{}), index: 10,
 		jobs: map[string]*nomadJob{}, allocs: map[string]*alloc{}, ports: map[int]bool{}, timers: map[*time.Timer]bool{},
 	}
-	mux := http.NewServeMux()
-	for pattern, h := range map[string]http.HandlerFunc{
+	n.srv = newServer("Nomad", api.PermissionDeniedErrorContent, map[string]http.HandlerFunc{
 		"PUT /v1/jobs": n.register, "POST /v1/jobs": n.register, "GET /v1/jobs": n.list,
 		"GET /v1/job/{id}": n.read, "DELETE /v1/job/{id}": n.deregister,
 		"GET /v1/job/{id}/allocations": n.jobAllocations, "GET /v1/job/{id}/scale": n.scaleStatus,
@@ -83,13 +82,7 @@ func newNomad(opts Options, consul *Consul) *Nomad {
 		"GET /v1/allocation/{id}": n.allocation, "GET /v1/allocations": n.allocationList,
 		"PUT /v1/allocation/{id}/stop": n.allocStop, "POST /v1/allocation/{id}/stop": n.allocStop,
 		"GET /v1/event/stream": n.eventStream,
-		"/": func(w http.ResponseWriter, r *http.Request) {
-			writeText(w, nil, http.StatusNotFound, fmt.Sprintf("fake cluster: Nomad endpoint %s %s is not implemented by the fake", r.Method, r.URL.Path))
-		},
-	} {
-		mux.HandleFunc(pattern, h)
-	}
-	n.srv = &server{name: "nomad", handler: mux, forbidden: api.PermissionDeniedErrorContent}
+	})
 	return n
 }
 

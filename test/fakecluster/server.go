@@ -46,6 +46,20 @@ type server struct {
 	wg    sync.WaitGroup
 }
 
+// newServer serves an agent's routes; any other request is a 404 saying
+// the fake does not implement it.
+func newServer(name, forbidden string, routes map[string]http.HandlerFunc) *server {
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.HandleFunc(pattern, h)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		msg := fmt.Sprintf("fake cluster: %s endpoint %s %s is not implemented by the fake", name, r.Method, r.URL.Path)
+		writeText(w, nil, http.StatusNotFound, msg)
+	})
+	return &server{name: name, handler: mux, forbidden: forbidden}
+}
+
 // start listens on addr ("127.0.0.1:0" picks a port) and serves.
 func (s *server) start(addr string) error {
 	s.mu.Lock()
