@@ -204,7 +204,11 @@ func (n *Nomad) placeLocked(j *nomadJob, tg *api.TaskGroup, slot int, previous s
 
 // allocatePortsLocked gives the group's ports host ports on 127.0.0.1:
 // reserved ones as declared, dynamic ones free and not handed to another
-// live allocation. Every network is treated as host networking.
+// live allocation. Every network is treated as host networking. A dynamic
+// port is one the kernel gives a listener on every address, as tasks (the
+// sidecar) bind it: a port free on 127.0.0.1 alone may be held on another
+// loopback address, by a client connection or its TIME_WAIT for a minute,
+// and refuse the task's bind all that time (e2e rehearsals failed so).
 func (n *Nomad) allocatePortsLocked(tg *api.TaskGroup) ([]api.PortMapping, error) {
 	var out []api.PortMapping
 	var dynamic []api.Port
@@ -220,7 +224,7 @@ func (n *Nomad) allocatePortsLocked(tg *api.TaskGroup) ([]api.PortMapping, error
 		}
 		var got []int
 		for range dynamic {
-			if ln, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+			if ln, err := net.Listen("tcp", ":0"); err == nil {
 				defer ln.Close()
 				got = append(got, ln.Addr().(*net.TCPAddr).Port)
 			}
