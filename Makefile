@@ -91,12 +91,16 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./hcl/
 
 # The data path's parsers: the fast-path request parser against net/http's
-# on the same bytes, and the smuggling screens (one target at a time, as go
-# test fuzzes one per package).
+# on the same bytes, the smuggling screens, and the gateway's HTTP/2
+# listener against x/net/http2's Framer (one target at a time, as go test
+# fuzzes one per package). An HTTP/2 input that makes the server send a
+# GOAWAY for an error keeps its streams' handlers for net/http's 1 s
+# shutdown timer, so that target minimizes 100 runs, not 1000.
 fuzz-http:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./datapath/keepalive/
 	$(GO) test -run '^$$' -fuzz '^FuzzScreenStream$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./datapath/keepalive/
 	$(GO) test -run '^$$' -fuzz '^FuzzScreenHead$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./datapath/h1/
+	$(GO) test -run '^$$' -fuzz '^FuzzGatewayH2$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./activator/
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
