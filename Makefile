@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/nomad-serverless
 PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
-.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz fuzz-http clean
+.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway bench-grpc lint demo fuzz fuzz-http clean
 
 # CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
 # also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
@@ -79,6 +79,12 @@ bench-sidecar: build
 
 bench-gateway: build
 	$(GO) run ./bench/loadbench -mode gateway -bin $(BIN) $(BENCHFLAGS)
+
+# gRPC unary through gateway + sidecar against HAProxy (h2c on both sides)
+# + the same sidecar, at 1 and 32 streams on one connection and at 32
+# connections (grpc-go client and server; bench/ does not ship).
+bench-grpc: build
+	$(GO) run ./bench/loadbench -mode grpc -bin $(BIN) $(BENCHFLAGS)
 
 # The HCL parser's fuzz target (make fuzz FUZZTIME=10m for longer).
 # -fuzzminimizetime 1000x: Go minimizes every new interesting input, by
