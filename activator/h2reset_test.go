@@ -2,7 +2,6 @@ package activator
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -31,14 +30,7 @@ func h2ResetGateway(t *testing.T) (addr string, sc *fakeSidecar) {
 	cat := oneRevision(0, time.Minute)
 	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
 	tg := startGateway(t, cat, nil, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := tg.g.Server("")
-	go func() { _ = srv.Serve(tg.g.Listener(ln)) }()
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String(), sc
+	return serveScreened(t, tg.g), sc
 }
 
 // openThenReset opens stream id on a held request, waits until the gateway

@@ -2,7 +2,6 @@ package activator
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -45,16 +44,9 @@ func TestHostileInputGatewayH2(t *testing.T) {
 	cat := oneRevision(0, time.Minute)
 	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
 	tg := startGateway(t, cat, nil, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := tg.g.Server("")
-	go func() { _ = srv.Serve(tg.g.Listener(ln)) }()
-	t.Cleanup(func() { srv.Close() })
 
 	rawh2.Run(t, &rawh2.Target{
-		Addr: ln.Addr().String(),
+		Addr: serveScreened(t, tg.g),
 		Host: "hello.default.localhost", Path: "/",
 		Hold: func(i int) string { return "/hold/" + string(rune('a'+i%26)) },
 		Release: func(testing.TB, int) {

@@ -263,32 +263,14 @@ func runGRPCBench(ctx context.Context, o Options) error {
 	}
 
 	run := func(t grpcTarget, shape grpcShape, d time.Duration, s *Series, round int) error {
-		procs := cpuOf[t.Name]
-		before := make([]time.Duration, len(procs))
-		for i, p := range procs {
-			before[i], _ = cpuTime(p.pid())
-		}
-		pe := peerOf[t.Name]
-		var peerBefore time.Duration
-		if pe != nil {
-			peerBefore = pe.cpu()
-		}
-		app0, _ := cpuTime(app.pid())
+		span := startCPUSpan(cpuOf[t.Name], peerOf[t.Name], app)
 		idle := s.measureIdle()
 		r, err := runGRPC(ctx, t, shape, d)
 		idle()
 		if err != nil {
 			return err
 		}
-		app1, _ := cpuTime(app.pid())
-		s.AppCPU += app1 - app0
-		for i, p := range procs {
-			after, _ := cpuTime(p.pid())
-			s.CPU += after - before[i]
-		}
-		if pe != nil {
-			s.CPU += pe.cpu() - peerBefore
-		}
+		span.end(s)
 		s.Add(r)
 		PrintRun(o.Out, round, r)
 		return nil
