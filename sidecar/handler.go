@@ -167,6 +167,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveProbe(w, r)
 		return
 	}
+	if r.Method == "PRI" && r.ProtoMajor == 2 {
+		// An h2c preface whose second line is wrong, read as an HTTP/1
+		// request "PRI * HTTP/2.0" (net/http hands such requests to the
+		// handler): a connection error for RFC 9113 (§3.4), not a request
+		// for the app, which answered it 200.
+		w.Header().Set("Connection", "close")
+		http.Error(w, "nomad-serverless: invalid HTTP/2 connection preface", http.StatusBadRequest)
+		return
+	}
 
 	start := time.Now()
 	tracked := h.meter.begin(start)

@@ -41,6 +41,7 @@ var Floors = map[string]int{
 	// package that ships never imports one (Roof).
 	"test/testbin":     80,
 	"test/rawhttp":     81, // over testbin
+	"test/rawh2":       80,
 	"test/benchhttp":   80,
 	"test/fakeagents":  80,
 	"test/fixtures":    81, // over testbin
