@@ -2,145 +2,113 @@ package grpcapp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
-// The app itself, in process: what the component and e2e tests rely on it
-// to do (echo, in-flight count, events, statuses) holds before it is a
-// witness behind a proxy.
-func TestAppDirect(t *testing.T) {
-	events := filepath.Join(t.TempDir(), "events")
+// serve runs the app in process and returns its address and events file.
+func serve(t *testing.T, name string) (addr, events string) {
+	t.Helper()
+	events = filepath.Join(t.TempDir(), "events")
 	f, err := os.OpenFile(events, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(Config{Name: "direct", Events: f})
+	srv := NewServer(Config{Name: name, Events: f})
 	go srv.Serve(ln)
-	defer srv.Stop()
-	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	cli := testpb.NewTestServiceClient(cc)
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String(), events
+}
+
+// The app and the checks, with nothing between them: what the component
+// and e2e tests rely on them for holds before a proxy is in the way.
+func TestChecksPassAgainstTheAppItself(t *testing.T) {
+	addr, events := serve(t, "direct")
+	c := Dial(t, addr, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-
-	if r, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+	if r, err := healthpb.NewHealthClient(c.Conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", r, err)
 	}
-
-	var hdr, tr metadata.MD
-	octx := metadata.AppendToOutgoingContext(ctx, MDCall, "u1", "x-echo-a", "1")
-	resp, err := cli.UnaryCall(octx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("hi")}}, grpc.Header(&hdr), grpc.Trailer(&tr))
-	if err != nil || string(resp.GetPayload().GetBody()) != "hi" || resp.ServerId != "direct" {
-		t.Fatalf("unary: %v %v", resp, err)
+	CheckCallKinds(t, ctx, c, "direct")
+	CheckCancellations(t, ctx, c, events, "direct", time.Minute)
+	CheckDeadline(t, ctx, c, events, "direct", 100*time.Millisecond, time.Minute)
+	errs, most := Burst(ctx, c, 20, 200*time.Millisecond)
+	if len(errs) > 0 || most < 2 {
+		t.Errorf("burst: %v; at most %d in progress, want several (nothing limits them)", errs, most)
 	}
-	if hdr.Get("x-echo-a")[0] != "1" || hdr.Get(HeaderInflight)[0] != "1" || hdr.Get(HeaderServer)[0] != "direct" {
-		t.Errorf("header %v", hdr)
-	}
-	if tr.Get("x-echo-a")[0] != "1" || tr.Get(TrailerMethod)[0] != "UnaryCall" {
-		t.Errorf("trailer %v", tr)
-	}
-
-	// A status asked for, and a bad sleep (refused before any header:
-	// a trailers-only response).
-	_, err = cli.UnaryCall(ctx, &testpb.SimpleRequest{ResponseStatus: &testpb.EchoStatus{Code: int32(codes.FailedPrecondition), Message: "no"}})
-	if s := status.Convert(err); s.Code() != codes.FailedPrecondition || s.Message() != "no" {
-		t.Errorf("echo status: %v", err)
-	}
-	_, err = cli.UnaryCall(metadata.AppendToOutgoingContext(ctx, MDSleep, "soon"), &testpb.SimpleRequest{})
-	if s := status.Convert(err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), MDSleep) {
-		t.Errorf("bad sleep: %v", err)
-	}
-
-	// Two calls at once: the second to start reports 2 in progress.
-	hold, release := context.WithCancel(ctx)
-	go cli.UnaryCall(metadata.AppendToOutgoingContext(hold, MDSleep, "1h", MDCall, "held"), &testpb.SimpleRequest{})
-	waitEvent(t, events, EventStart, "held")
-	hdr = nil
-	if _, err := cli.EmptyCall(ctx, &testpb.Empty{}, grpc.Header(&hdr)); err != nil || hdr.Get(HeaderInflight)[0] != "2" {
-		t.Errorf("second call in flight: %v, header %v", err, hdr)
-	}
-	release()
-	if e := waitEvent(t, events, EventEnded, "held"); e.Detail != "canceled" {
-		t.Errorf("held call ended %q, want canceled", e.Detail)
-	}
-	dctx, dcancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, MDSleep, "1h", MDCall, "late"), 200*time.Millisecond)
-	defer dcancel()
-	if _, err := cli.UnaryCall(dctx, &testpb.SimpleRequest{}); status.Code(err) != codes.DeadlineExceeded {
-		t.Errorf("deadline: %v", err)
-	}
-	waitEvent(t, events, EventEnded, "late")
-	if _, ok := Find(mustEvents(t, events), EventDone, "u1"); !ok {
-		t.Errorf("no done event for u1: %v", mustEvents(t, events))
-	}
-
-	// The streams.
-	out, err := cli.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{ResponseParameters: []*testpb.ResponseParameters{{Size: 3}, {Size: 5}}})
+	release, err := HoldStreams(ctx, c, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sizes []int
-	for {
-		m, err := out.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		sizes = append(sizes, len(m.GetPayload().GetBody()))
+	var hdr metadata.MD
+	if _, err := c.EmptyCall(ctx, &testpb.Empty{}, grpc.Header(&hdr)); err != nil || hdr.Get(HeaderInflight)[0] != "4" {
+		t.Errorf("a call beside 3 held streams: %v, %s %v, want 4", err, HeaderInflight, hdr.Get(HeaderInflight))
 	}
-	if len(sizes) != 2 || sizes[0] != 3 || sizes[1] != 5 {
-		t.Errorf("server stream sizes %v", sizes)
+	if err := release(); err != nil {
+		t.Error(err)
 	}
-	in, err := cli.StreamingInputCall(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if _, ok := Find(mustEvents(t, events), EventDone, "direct-cancel-unary"); ok {
+		t.Error("a canceled call is recorded done")
 	}
-	for _, n := range []int{1, 10, 100} {
-		if err := in.Send(&testpb.StreamingInputCallRequest{Payload: &testpb.Payload{Body: make([]byte, n)}}); err != nil {
-			t.Fatal(err)
-		}
+	if n := c.Dials(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
 	}
-	if r, err := in.CloseAndRecv(); err != nil || r.AggregatedPayloadSize != 111 {
-		t.Errorf("client stream: %v %v", r, err)
+}
+
+// recorder is a testing.TB that records errors instead of failing.
+type recorder struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// The checks can fail: an app answering under another name fails every
+// answer's check of it.
+func TestCheckCallKindsCanFail(t *testing.T) {
+	addr, _ := serve(t, "someone-else")
+	rec := &recorder{TB: t}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	CheckCallKinds(rec, ctx, Dial(t, addr, ""), "direct")
+	if len(rec.errs) < 5 {
+		t.Fatalf("%d complaints about an app of another name, want one for each kind of answer: %q", len(rec.errs), rec.errs)
 	}
-	bidi, err := cli.FullDuplexCall(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i <= 3; i++ {
-		if err := bidi.Send(&testpb.StreamingOutputCallRequest{ResponseParameters: []*testpb.ResponseParameters{{Size: int32(i)}}}); err != nil {
-			t.Fatal(err)
-		}
-		if m, err := bidi.Recv(); err != nil || len(m.GetPayload().GetBody()) != i {
-			t.Fatalf("bidi %d: %v %v", i, m, err)
-		}
-	}
-	bidi.CloseSend()
-	if _, err := bidi.Recv(); err != io.EOF {
-		t.Errorf("bidi end: %v", err)
+}
+
+// grpc-go's server does not speak HTTP/1.1: the HTTP/1.1 call only works
+// through a proxy that speaks h2c to it (the sidecar).
+func TestHTTP1CallNeedsAProxy(t *testing.T) {
+	addr, _ := serve(t, "direct")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if st, err := HTTP1EmptyCall(ctx, &http.Client{}, "http://"+addr, "x"); err == nil {
+		t.Fatalf("an HTTP/1.1 call straight to grpc-go answered grpc-status %q", st)
 	}
 }
 
@@ -151,20 +119,6 @@ func mustEvents(t *testing.T, path string) []Event {
 		t.Fatal(err)
 	}
 	return ev
-}
-
-func waitEvent(t *testing.T, path, kind, call string) Event {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if e, ok := Find(mustEvents(t, path), kind, call); ok {
-			return e
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s event for %s: %v", kind, call, mustEvents(t, path))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestRunNeedsAPort(t *testing.T) {
