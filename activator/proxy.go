@@ -315,6 +315,9 @@ func modifyResponse(resp *http.Response) error {
 	if f := forwardOf(resp.Request); f != nil {
 		f.status = resp.StatusCode
 		f.closeUnlessBodyRead(resp.Header)
+		if f.body != nil && !f.body.h1 {
+			resp.Body = &endsInbound{ReadCloser: resp.Body, in: f.body.src}
+		}
 	}
 	delete(resp.Header, notServedKey)
 	return nil
