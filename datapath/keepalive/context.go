@@ -19,7 +19,8 @@ import (
 //   - Err looks at the connection (a non-blocking peek) when the request is
 //     older than clientCheckInterval since the last look, so code that
 //     polls Err, such as the upstream read that wakes every
-//     clientCheckInterval, sees a departed client within that interval;
+//     clientCheckInterval, sees a departed client within that interval
+//     (once a watcher runs, below, Err leaves the looking to it);
 //   - Done and AfterFunc, which only slow paths use (a request waiting in
 //     the activator's queue), start a goroutine that waits for the
 //     connection to become readable, as net/http's background read does.
@@ -105,6 +106,14 @@ func (rc *requestContext) Value(key any) any { return rc.parent.Value(key) }
 func (rc *requestContext) Err() error {
 	if p := rc.err.Load(); p != nil {
 		return *p
+	}
+	if rc.used.Load() {
+		// Done or AfterFunc started a watcher, which cancels the context
+		// when the client leaves. A peek here would wait for it: the
+		// watcher holds the socket's read lock while it waits for the
+		// socket to become readable, so Err would block until the client
+		// sent or left.
+		return nil
 	}
 	now := int64(time.Since(clockBase))
 	last := rc.checked.Load()
