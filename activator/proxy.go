@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
+	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -316,7 +317,9 @@ func modifyResponse(resp *http.Response) error {
 		f.status = resp.StatusCode
 		f.closeUnlessBodyRead(resp.Header)
 		if f.body != nil && !f.body.h1 {
-			resp.Body = &endsInbound{ReadCloser: resp.Body, in: f.body.src}
+			// An answer that ends while the client still sends must not
+			// wait for it (h2proxy.EndsRequest).
+			resp.Body = h2proxy.EndsRequest(resp.Body, f.body.src)
 		}
 	}
 	delete(resp.Header, notServedKey)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -117,52 +118,22 @@ func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *
 }
 
 // modifyResponse removes spec.NotServedHeader from an app's response (only
-// the sidecar may say that the app did not serve a request) and ends the
-// request body of an HTTP/2 client with the response (see inboundBody).
+// the sidecar may say that the app did not serve a request) and makes the
+// response's end close an HTTP/2 client's request body, so that an answer
+// that ends while the client still sends does not wait for it
+// (h2proxy.EndsRequest).
 func modifyResponse(resp *http.Response) error {
 	delete(resp.Header, notServedKey)
 	if in, ok := resp.Request.Context().Value(inboundBodyKey{}).(io.Closer); ok {
-		resp.Body = &endsInbound{ReadCloser: resp.Body, in: in}
+		resp.Body = h2proxy.EndsRequest(resp.Body, in)
 	}
 	return nil
 }
 
 // inboundBodyKey carries, in the context of a request on a ReverseProxy
-// path, the request body of an HTTP/2 client, for endsInbound.
-//
-// Why: an app may finish a call while its client is still sending (a gRPC
-// server returning a status in the middle of a bidirectional stream). The
-// HTTP/2 transport's Close of that response body waits for its goroutine
-// copying the request body, which is blocked reading the client's body,
-// and ReverseProxy hides that body behind a Close that does nothing; so the
-// status and trailers waited for the client's next message or for the
-// request timeout (golang/go#80085). Once the app's response has ended,
-// nothing more of the request can reach it: closing the client's body
-// then frees the copy at once. An HTTP/2 server's request body may be
-// closed while another goroutine reads it (an HTTP/1 one may not: its
-// Close waits for the read).
+// path, the request body of an HTTP/2 client (ReverseProxy hands the
+// transport, and so modifyResponse, only a wrapper of it).
 type inboundBodyKey struct{}
-
-// endsInbound is an app's response body that closes the client's request
-// body when it ends, cleanly or not.
-type endsInbound struct {
-	io.ReadCloser
-	in   io.Closer
-	once sync.Once
-}
-
-func (b *endsInbound) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		b.once.Do(func() { b.in.Close() })
-	}
-	return n, err
-}
-
-func (b *endsInbound) Close() error {
-	b.once.Do(func() { b.in.Close() })
-	return b.ReadCloser.Close()
-}
 
 // newAppTransport returns the client side of the proxy: keep-alive
 // connections to the app on loopback, no proxy lookup from the environment,

@@ -21,6 +21,7 @@ var Floors = map[string]int{
 	"datapath/rawio":       0,
 	"datapath/h1":          0,
 	"datapath/broadcast":   0,
+	"datapath/h2proxy":     0,
 	"datapath/keepalive":   5, // over rawio and h1
 	"hcl":                  10,
 	"nomadjob":             10,
@@ -58,7 +59,7 @@ const Roof = 80
 // DatapathOnly are the packages that may import nothing of the module but
 // each other and spec: the request fast path, kept small enough to read
 // whole.
-var DatapathOnly = []string{"datapath/rawio", "datapath/h1", "datapath/broadcast", "datapath/keepalive"}
+var DatapathOnly = []string{"datapath/rawio", "datapath/h1", "datapath/broadcast", "datapath/keepalive", "datapath/h2proxy"}
 
 // TestOnlyModules are modules only test machinery and tests may use: a
 // package that ships must not link them, directly or through another

@@ -14,7 +14,7 @@ import (
 // client is still sending (a gRPC status in the middle of a bidirectional
 // stream) has it passed on at once: the transport to the sidecar no longer
 // waits for the client's next bytes (or the request timeout) before the
-// response may end (endsInbound).
+// response may end (h2proxy.EndsRequest).
 func TestH2CResponseEndsBeforeRequestBody(t *testing.T) {
 	cat := oneRevision(0, time.Hour)
 	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
