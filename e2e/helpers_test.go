@@ -330,6 +330,33 @@ func TestUnitServiceFileParses(t *testing.T) {
 	}
 }
 
+// The gRPC test app's service: no testapp argument, protocol h2c, gRPC
+// readiness.
+func TestUnitGRPCServiceFileParses(t *testing.T) {
+	s := Service{Name: "e2e-grpc", Binary: "/tmp/grpcapp", GRPC: true, Env: map[string]string{"GRPCAPP_EVENTS": "/tmp/events"}, Scaling: FastScaling()}
+	path, err := WriteServiceFile(t.TempDir(), "grpc.hcl", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, diags := svchcl.ParseFile(path, svchcl.Options{})
+	if diags.HasErrors() {
+		var b strings.Builder
+		f.WriteDiagnostics(&b, diags)
+		src, _ := os.ReadFile(path)
+		t.Fatalf("the service language rejects the suite's file:\n%s\n%s", b.String(), src)
+	}
+	task := f.Services[0].Template.Task
+	if task.Config["command"] != "/tmp/grpcapp" || task.Config["args"] != nil {
+		t.Errorf("config = %v", task.Config)
+	}
+	if task.Protocol != spec.ProtocolH2C {
+		t.Errorf("protocol = %q, want h2c", task.Protocol)
+	}
+	if r := f.Services[0].Template.Readiness; r == nil || r.Type != spec.ProbeGRPC {
+		t.Errorf("readiness = %+v, want grpc", r)
+	}
+}
+
 // TestUnitChainSummary reads Consul 1.16's recorded discovery chain of a
 // service split 30/70 over two revisions with tag "old" on the first.
 func TestUnitChainSummary(t *testing.T) {

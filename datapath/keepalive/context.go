@@ -107,6 +107,14 @@ func (rc *requestContext) Err() error {
 	if p := rc.err.Load(); p != nil {
 		return *p
 	}
+	if rc.used.Load() {
+		// Done or AfterFunc started a watcher, which cancels the context
+		// when the client leaves. A peek here would wait for it: the
+		// watcher holds the socket's read lock while it waits for the
+		// socket to become readable, so Err would block until the client
+		// sent or left.
+		return nil
+	}
 	now := int64(time.Since(clockBase))
 	last := rc.checked.Load()
 	if now-last < int64(clientCheckInterval) || !rc.checked.CompareAndSwap(last, now) {
