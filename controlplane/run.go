@@ -119,7 +119,8 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
-	gw, err := activator.New(activator.Config{Catalog: cat, Autoscaler: waker, Domain: c.Domain, Replica: c.Replica, Logger: log, Registerer: reg})
+	gw, err := activator.New(activator.Config{Catalog: cat, Autoscaler: waker, Domain: c.Domain, Replica: c.Replica, Logger: log, Registerer: reg,
+		WakeRecorder: wakeRecorder{nomad}})
 	if err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func Run(ctx context.Context, c Config) error {
 
 	listed := make(chan struct{})
 	goRun("follow Nomad", func(ctx context.Context) error {
-		return feedNomad(ctx, nomad, cat, tags, func() { close(listed) }, log)
+		return feedNomad(ctx, nomad, cat, tags, gw, func() { close(listed) }, log)
 	})
 	recordsLoaded, readyJoined := make(chan struct{}), make(chan struct{})
 	goRun("follow Consul records", func(ctx context.Context) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http/httptrace"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,23 @@ type state struct {
 
 	// changed is notified when ready or draining changes.
 	changed broadcast.Signal
+
+	// When the sidecar started, when its app first accepted a connection
+	// and when it first answered readiness (unix nanoseconds, 0 until
+	// then): the gateway's probe gets them (spec.InstanceTimesHeader) for
+	// the wake's timeline.
+	started, appAccepted, appReady atomic.Int64
+}
+
+// times are the instance's start times known so far.
+func (s *state) times() spec.InstanceTimes {
+	at := func(n int64) time.Time {
+		if n == 0 {
+			return time.Time{}
+		}
+		return time.Unix(0, n)
+	}
+	return spec.InstanceTimes{Started: at(s.started.Load()), AppAccepted: at(s.appAccepted.Load()), AppReady: at(s.appReady.Load())}
 }
 
 // setReady records readiness, wakes the held probes if it changed, and
@@ -138,6 +156,11 @@ type probeLoop struct {
 	log    *slog.Logger
 	set    func(healthy bool, err error)
 	count  func(pass bool)
+	// connected, when set, is told of every connection a probe made to
+	// the app (the app accepted it), through the probe's context
+	// (httptrace's ConnectDone, which http probes call and tcp probes
+	// call themselves).
+	connected func()
 	// refusals carries refused connections to the loop; one pending
 	// is as good as many.
 	refusals chan struct{}
@@ -169,6 +192,13 @@ func (l *probeLoop) run(ctx context.Context) {
 	for {
 		began := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, l.sched.probe.Timeout)
+		if l.connected != nil {
+			pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{ConnectDone: func(_, _ string, err error) {
+				if err == nil {
+					l.connected()
+				}
+			}})
+		}
 		err := l.prober.probe(pctx)
 		cancel()
 		if ctx.Err() != nil {

@@ -3,16 +3,20 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/rollout"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 func runStatus(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "status", `Usage: nomad-serverless status [options] <service>
 
 Shows a service's URLs, route, and per revision the desired, running and ready
-instances with the autoscaler's view (stable and panic values, last reason).
+instances with the autoscaler's view (stable and panic values, last reason),
+and the timeline of its last wake from zero, one line per step.
 
 `)
 	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
@@ -70,8 +74,32 @@ instances with the autoscaler's view (stable and panic values, last reason).
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Revision, trafficCell(r), r.Desired, r.Running, r.Ready, stable, panicV, mode, orDash(reason))
 	}
 	_ = tw.Flush()
+	writeLastWake(e.stdout, v.LastWake, in.Now())
 	explainStatus(ctx, in, v, e.stdout)
 	return exitOK
+}
+
+// writeLastWake prints the service's last wake from zero, one line per
+// step in the order they happened, with the time since the held request
+// and since the step before.
+func writeLastWake(w io.Writer, t *spec.WakeTimeline, now time.Time) {
+	fmt.Fprintln(w)
+	if t == nil {
+		fmt.Fprintln(w, "Last wake: none in Nomad's recent scaling events")
+		return
+	}
+	fmt.Fprintf(w, "Last wake: %s, %s, request held by replica %s, answered by allocation %.8s\n", t.Revision, ago(now, t.Held()), orDash(t.Replica), orDash(t.Alloc))
+	fmt.Fprintf(w, "  %s\n", strings.TrimPrefix(t.Summary(), "wake timeline: "))
+	tw := table(w)
+	fmt.Fprintln(tw, "  STEP\tSINCE REQUEST\tDELTA\tWHOSE")
+	for i, st := range t.Steps {
+		delta := "-"
+		if i > 0 {
+			delta = "+" + spec.FormatMillis(st.Delta)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", st.Step.Describe(), spec.FormatMillis(st.Since), delta, st.Step.Whose())
+	}
+	_ = tw.Flush()
 }
 
 func orDash(s string) string {
