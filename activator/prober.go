@@ -135,7 +135,9 @@ func (p *prober) probeUntilReady(ctx context.Context, k probeKey, rev string) {
 			return
 		case <-t.C:
 		}
-		res, it := p.probeOnce(ctx, url, min(probeHold, time.Until(deadline)))
+		hold := min(probeHold, time.Until(deadline))
+		began := time.Now()
+		res, it := p.probeOnce(ctx, url, hold)
 		p.metrics.probes.WithLabelValues(rev, res).Inc()
 		if res == "ready" {
 			now := time.Now()
@@ -158,8 +160,33 @@ func (p *prober) probeUntilReady(ctx context.Context, k probeKey, rev string) {
 			p.log.Info("allocation not ready within the probe window; waiting for its Consul check", "revision", rev, "instance", k.HostPort, "window", p.window)
 			return
 		}
-		t.Reset(p.interval)
+		t.Reset(nextProbe(res, time.Since(began), hold, p.interval))
 	}
+}
+
+// refusedRetry is the wait after a probe of a new allocation that got no
+// answer at once: its sidecar does not listen yet. A refused connection
+// costs the node a reset; waiting a whole probe interval for the next one
+// put up to 25 ms into every cold start whose sidecar starts after its app
+// (a docker app's poststart sidecar), since nothing tells the gateway when
+// the sidecar starts listening.
+const refusedRetry = 5 * time.Millisecond
+
+// nextProbe is the wait before the next probe of a new allocation after
+// one that was not ready (res) and took took: none after a probe the
+// sidecar held for its whole hold (it was waiting with us, and the app
+// may be ready any moment: a gap would be a gap in our attention),
+// refusedRetry after one that failed (no sidecar listening yet), the
+// probe interval after a quick "not ready" (a sidecar that does not hold
+// probes).
+func nextProbe(res string, took, hold, interval time.Duration) time.Duration {
+	switch {
+	case hold > 0 && took >= hold:
+		return 0
+	case res == "error":
+		return min(interval, refusedRetry)
+	}
+	return interval
 }
 
 // probeHold is how long one probe asks the sidecar to hold it while the

@@ -3,9 +3,11 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http/httptrace"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/datapath/broadcast"
@@ -86,6 +88,9 @@ type probeSchedule struct {
 	everHealthy   bool
 	recovering    bool // unhealthy since a refused connection
 	passes, fails int
+	// noListener: the last probe found nothing listening at the app's
+	// port (the loop tells it: noListener).
+	noListener bool
 }
 
 func newReadinessSchedule(p spec.Probe) *probeSchedule {
@@ -137,12 +142,26 @@ func (s *probeSchedule) refused() bool {
 	return true
 }
 
-// next is the wait between the starts of two probes.
+// next is the wait between the starts of two probes. An aggressive
+// schedule that has never been healthy probes every spec.ListenProbePeriod
+// while nothing listens at the app's port.
 func (s *probeSchedule) next() time.Duration {
+	if s.aggressive && !s.everHealthy && s.noListener {
+		return min(spec.ListenProbePeriod, s.period)
+	}
 	if s.recovering || s.aggressive && !s.everHealthy {
 		return min(spec.AggressiveProbePeriod, s.period)
 	}
 	return s.period
+}
+
+// noListenerAt tells whether a probe's failure says that nothing
+// listens at the app's port: the connection was refused, or closed or
+// reset before any answer (what a proxy in front of a port nobody
+// listens behind does: docker's userland proxy of a published port).
+func noListenerAt(err error) bool {
+	return err != nil && (errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
 }
 
 // probeLoop runs a prober on its schedule until ctx ends, calling set when
@@ -206,6 +225,7 @@ func (l *probeLoop) run(ctx context.Context) {
 		}
 		probes++
 		l.count(err == nil)
+		l.sched.noListener = noListenerAt(err)
 		if l.sched.record(err == nil) {
 			l.set(l.sched.healthy, err)
 			if l.sched.healthy {
