@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/nomad-serverless
 PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
-.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway lint demo fuzz fuzz-http clean
+.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway bench-grpc lint demo fuzz fuzz-http clean
 
 # CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
 # also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
@@ -80,6 +80,12 @@ bench-sidecar: build
 bench-gateway: build
 	$(GO) run ./bench/loadbench -mode gateway -bin $(BIN) $(BENCHFLAGS)
 
+# gRPC unary through gateway + sidecar against HAProxy (h2c on both sides)
+# + the same sidecar, at 1 and 32 streams on one connection and at 32
+# connections (grpc-go client and server; bench/ does not ship).
+bench-grpc: build
+	$(GO) run ./bench/loadbench -mode grpc -bin $(BIN) $(BENCHFLAGS)
+
 # The HCL parser's fuzz target (make fuzz FUZZTIME=10m for longer).
 # -fuzzminimizetime 1000x: Go minimizes every new interesting input, by
 # default for up to 60 s in the worker, which reports no executions until
@@ -91,12 +97,16 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./hcl/
 
 # The data path's parsers: the fast-path request parser against net/http's
-# on the same bytes, and the smuggling screens (one target at a time, as go
-# test fuzzes one per package).
+# on the same bytes, the smuggling screens, and the gateway's HTTP/2
+# listener against x/net/http2's Framer (one target at a time, as go test
+# fuzzes one per package). An HTTP/2 input that makes the server send a
+# GOAWAY for an error keeps its streams' handlers for net/http's 1 s
+# shutdown timer, so that target minimizes 100 runs, not 1000.
 fuzz-http:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./datapath/keepalive/
 	$(GO) test -run '^$$' -fuzz '^FuzzScreenStream$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./datapath/keepalive/
 	$(GO) test -run '^$$' -fuzz '^FuzzScreenHead$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1000x ./datapath/h1/
+	$(GO) test -run '^$$' -fuzz '^FuzzGatewayH2$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./activator/
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

@@ -73,7 +73,8 @@ func TestAdminOneResponse(t *testing.T) {
 		{"two different lengths", post + "Content-Length: 1\r\nContent-Length: 2\r\n\r\n{}" + next, 1, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			resps, closed := rawhttp.Exchange(t, ln.Addr().String(), []string{c.stream}, 0, 500*time.Millisecond)
+			resps, closed := rawhttp.Exchange(t, ln.Addr().String(), []string{c.stream}, 0,
+				rawhttp.Expect{Responses: c.statuses, Closed: c.closed, Quiet: 500 * time.Millisecond})
 			switch {
 			case c.name == "body shorter than its length":
 				if len(resps) != 0 {

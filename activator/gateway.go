@@ -531,15 +531,15 @@ func (g *Gateway) Server(addr string) *http.Server {
 	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Addr:              addr,
-		Handler:           g,
+		Handler:           h2Guard{g}, // rapid reset: h2reset.go
 		Protocols:         &protos,
 		HTTP2:             http2Limits(),
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
 		IdleTimeout:       g.cfg.IdleTimeout,
 		MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
-		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
-			return context.WithValue(ctx, takeOverKey{}, t)
+		ConnContext: func(ctx context.Context, nc net.Conn) context.Context {
+			return withH2Conn(context.WithValue(ctx, takeOverKey{}, t), nc)
 		},
 	}
 	srv.RegisterOnShutdown(t.shutdown)

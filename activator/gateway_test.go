@@ -20,6 +20,8 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 func TestNewValidatesConfig(t *testing.T) {
@@ -244,10 +246,12 @@ func TestQueueFullAndQueueTimeoutAnswer503(t *testing.T) {
 
 func TestRevisionTimeoutAnswers504(t *testing.T) {
 	cat := oneRevision(0, 200*time.Millisecond)
+	// The instance answers only when the gateway gives up (or after a
+	// minute): a 504 in less is the revision's timeout.
 	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
-		case <-time.After(5 * time.Second):
+		case <-time.After(testbin.Bound(time.Minute)):
 		}
 	})
 	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
@@ -257,7 +261,7 @@ func TestRevisionTimeoutAnswers504(t *testing.T) {
 	if code != 504 || !strings.Contains(body, "timeout of 200ms") {
 		t.Fatalf("got %d %q", code, body)
 	}
-	if d := time.Since(start); d > 3*time.Second {
+	if d := time.Since(start); d > testbin.Bound(30*time.Second) {
 		t.Fatalf("504 after %s", d)
 	}
 	// Also while waiting in the queue for a revision at zero.

@@ -20,6 +20,8 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // fakeAutoscaler records what the activator tells it and answers a fixed
@@ -276,7 +278,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 // waitFor polls cond every 5 ms for up to 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testbin.Bound(30 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

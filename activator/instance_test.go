@@ -98,16 +98,24 @@ func startProcGateway(t *testing.T, concurrency int, mod func(*Config), ins ...*
 	}
 	cat.SetReady("hello-00001", ready)
 	tg := startGateway(t, cat, nil, mod)
-	// Serve through the screened listener, as `serve` is meant to.
+	addr := serveScreened(t, tg.g)
+	waitFor(t, "every instance routable", func() bool { return len(tg.g.routable("hello-00001")) == len(ins) })
+	return &procGateway{testGateway: tg, cat: cat, addr: addr}
+}
+
+// serveScreened serves g's Server on a screened listener of its own
+// (Listener), as `serve` is meant to, until the test ends, and returns
+// its address.
+func serveScreened(t *testing.T, g *Gateway) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := tg.g.Server("")
-	go func() { _ = srv.Serve(tg.g.Listener(ln)) }()
+	srv := g.Server("")
+	go func() { _ = srv.Serve(g.Listener(ln)) }()
 	t.Cleanup(func() { srv.Close() })
-	waitFor(t, "every instance routable", func() bool { return len(tg.g.routable("hello-00001")) == len(ins) })
-	return &procGateway{testGateway: tg, cat: cat, addr: ln.Addr().String()}
+	return ln.Addr().String()
 }
 
 // url is the screened listener's base URL.

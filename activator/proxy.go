@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
+	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -345,6 +346,11 @@ func modifyResponse(resp *http.Response) error {
 			f.wake.answered(f.b.alloc)
 		}
 		f.closeUnlessBodyRead(resp.Header)
+		if f.body != nil && !f.body.h1 {
+			// An answer that ends while the client still sends must not
+			// wait for it (h2proxy.EndsRequest).
+			resp.Body = h2proxy.EndsRequest(resp.Body, f.body.src)
+		}
 		f.started(resp.StatusCode == http.StatusSwitchingProtocols)
 	}
 	delete(resp.Header, notServedKey)

@@ -17,6 +17,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/nomad-serverless/nomad-serverless/adminauth"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // testKeys is a keyring of one fresh key, as every replica of one cluster
@@ -272,7 +274,7 @@ func TestRemoteSinkRunPollsUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rs.Run(ctx) }()
-	waitFor(t, 5*time.Second, "three polls", func() bool { return hits.Load() >= 3 })
+	waitFor(t, 20*time.Second, "three polls", func() bool { return hits.Load() >= 3 })
 	if ebc, ok := rs.ExcessBurstCapacity("hello-00001"); !ok || ebc != 5 {
 		t.Fatalf("ebc %v %v, want 5", ebc, ok)
 	}
@@ -282,7 +284,7 @@ func TestRemoteSinkRunPollsUntilCancelled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.Bound(20 * time.Second)):
 		t.Fatal("Run did not return after cancel")
 	}
 	if _, err := NewRemoteSink(RemoteSinkConfig{}); err == nil || errors.Is(err, ErrNotLeader) {
@@ -315,7 +317,7 @@ func TestRemoteSinkCoalescesWakes(t *testing.T) {
 		}()
 	}
 	// All but the one in flight return at once.
-	waitFor(t, 5*time.Second, "199 coalesced wakes", func() bool { return returned.Load() == 199 })
+	waitFor(t, 20*time.Second, "199 coalesced wakes", func() bool { return returned.Load() == 199 })
 	close(release)
 	for range 200 {
 		if err := <-errs; err != nil {

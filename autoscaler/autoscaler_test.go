@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // startLoop returns a loop of a as Run would make it, with a marked running
@@ -339,7 +341,7 @@ func TestRunWakeCoalescesABurstIntoOneScaleCall(t *testing.T) {
 		cancel()
 		<-done
 	})
-	waitFor(t, 5*time.Second, "the first tick", func() bool { _, ok := a.State("hello-00001"); return ok })
+	waitFor(t, 20*time.Second, "the first tick", func() bool { _, ok := a.State("hello-00001"); return ok })
 
 	var wg sync.WaitGroup
 	for i := range 200 {
@@ -352,9 +354,9 @@ func TestRunWakeCoalescesABurstIntoOneScaleCall(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, 5*time.Second, "a scale call", func() bool { return len(sc.Calls()) > 0 })
+	waitFor(t, 20*time.Second, "a scale call", func() bool { return len(sc.Calls()) > 0 })
 	close(release)
-	waitFor(t, 5*time.Second, "the catalog to show the new count", func() bool {
+	waitFor(t, 20*time.Second, "the catalog to show the new count", func() bool {
 		r, _ := cat.Revision("hello-00001")
 		return r.Desired == 1
 	})
@@ -362,14 +364,14 @@ func TestRunWakeCoalescesABurstIntoOneScaleCall(t *testing.T) {
 	for range 20 {
 		a.Wake(ctx, "activator-1", Demand{Revision: "hello-00001", Queued: 3})
 	}
-	waitFor(t, 5*time.Second, "the late wakes to be decided", func() bool {
+	waitFor(t, 20*time.Second, "the late wakes to be decided", func() bool {
 		a.wakeMu.Lock()
 		defer a.wakeMu.Unlock()
 		return len(a.wakes) == 0 && len(a.kick) == 0
 	})
 	// One more wake round-trip so the last decision is surely done.
 	a.Wake(ctx, "activator-1", Demand{Revision: "hello-00001", Queued: 3})
-	waitFor(t, 5*time.Second, "the last wake", func() bool {
+	waitFor(t, 20*time.Second, "the last wake", func() bool {
 		st, _ := a.State("hello-00001")
 		return st.Count == 1
 	})
@@ -385,15 +387,15 @@ func TestRunStopsPromptlyAndForgetsEverything(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	waitFor(t, 5*time.Second, "leading", a.Leading)
+	waitFor(t, 20*time.Second, "leading", a.Leading)
 	if err := a.Run(ctx); err == nil {
 		t.Error("a second Run while running: no error")
 	}
-	waitFor(t, 5*time.Second, "a decision", func() bool { _, ok := a.ExcessBurstCapacity("hello-00001"); return ok })
+	waitFor(t, 20*time.Second, "a decision", func() bool { _, ok := a.ExcessBurstCapacity("hello-00001"); return ok })
 	if err := a.Wake(ctx, "a1", Demand{Revision: "hello-00001", Queued: 1}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a hanging scale call", func() bool { return len(sc.Calls()) > 0 })
+	waitFor(t, 20*time.Second, "a hanging scale call", func() bool { return len(sc.Calls()) > 0 })
 
 	cancel() // leadership lost
 	select {
@@ -401,7 +403,7 @@ func TestRunStopsPromptlyAndForgetsEverything(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.Bound(20 * time.Second)):
 		t.Fatal("Run did not return after its context ended")
 	}
 	if a.Leading() {

@@ -204,7 +204,7 @@ func TestComponentLoadStep(t *testing.T) {
 		cancel()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(testbin.Bound(30 * time.Second)):
 			t.Error("autoscaler did not stop")
 		}
 	})
@@ -270,6 +270,7 @@ func TestComponentLoadStep(t *testing.T) {
 
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	d = testbin.Bound(d)
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {

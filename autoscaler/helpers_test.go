@@ -11,6 +11,8 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // clock is a settable time source.
@@ -183,6 +185,7 @@ func newTestAutoscaler(t *testing.T, mod func(*Config)) (*Autoscaler, *catalog.C
 // waitFor polls cond every 5ms for up to d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	d = testbin.Bound(d)
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {

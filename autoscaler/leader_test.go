@@ -10,6 +10,8 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // consulroute's lock is what serve passes to RunWhenLeader.
@@ -120,7 +122,7 @@ func TestLeaderElectionTwoReplicas(t *testing.T) {
 	r1, r2 := start(), start()
 	leader := func() *replica {
 		var l *replica
-		waitFor(t, 5*time.Second, "one leader", func() bool {
+		waitFor(t, 20*time.Second, "one leader", func() bool {
 			switch {
 			case r1.a.Leading() && !r2.a.Leading():
 				l = r1
@@ -133,14 +135,14 @@ func TestLeaderElectionTwoReplicas(t *testing.T) {
 	}
 
 	first := leader()
-	waitFor(t, 5*time.Second, "the leader's first decision", func() bool { _, ok := first.a.State("hello-00001"); return ok })
+	waitFor(t, 20*time.Second, "the leader's first decision", func() bool { _, ok := first.a.State("hello-00001"); return ok })
 	// Let both run a while: only one may scale.
 	time.Sleep(50 * time.Millisecond)
 
 	// The leader loses its session: it stops, the other (or itself, on a
 	// new session) takes over, never both.
 	lock.lose()
-	waitFor(t, 5*time.Second, "a new term", func() bool { return lock.leads.Load() >= 2 })
+	waitFor(t, 20*time.Second, "a new term", func() bool { return lock.leads.Load() >= 2 })
 	second := leader()
 
 	// The leader dies: the other takes over.
@@ -153,8 +155,8 @@ func TestLeaderElectionTwoReplicas(t *testing.T) {
 	if second == r1 {
 		other = r2
 	}
-	waitFor(t, 5*time.Second, "the surviving replica to lead", other.a.Leading)
-	waitFor(t, 5*time.Second, "the new leader's first decision", func() bool { _, ok := other.a.State("hello-00001"); return ok })
+	waitFor(t, 20*time.Second, "the surviving replica to lead", other.a.Leading)
+	waitFor(t, 20*time.Second, "the new leader's first decision", func() bool { _, ok := other.a.State("hello-00001"); return ok })
 	if _, ok := second.a.State("hello-00001"); ok {
 		t.Error("the dead replica still serves state")
 	}
@@ -194,7 +196,7 @@ func TestRunWhenLeaderRetriesAFailingLock(t *testing.T) {
 	}()
 	select {
 	case <-led:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testbin.Bound(30 * time.Second)):
 		t.Fatal("never led after the lock recovered")
 	}
 	cancel()
@@ -203,7 +205,7 @@ func TestRunWhenLeaderRetriesAFailingLock(t *testing.T) {
 		if err != nil {
 			t.Fatalf("RunWhenLeader: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testbin.Bound(20 * time.Second)):
 		t.Fatal("RunWhenLeader did not return after ctx ended")
 	}
 }

@@ -151,7 +151,7 @@ func TestWakerRules(t *testing.T) {
 				done := make(chan struct{})
 				go func() { defer close(done); _ = a.Run(ctx) }()
 				t.Cleanup(func() { cancel(); <-done })
-				waitFor(t, 5*time.Second, "the local autoscaler runs", a.Leading)
+				waitFor(t, 20*time.Second, "the local autoscaler runs", a.Leading)
 				cfg.Local = a
 			}
 			w, err := NewWaker(cfg)
@@ -256,7 +256,7 @@ func TestWakerOneRaisePerBurst(t *testing.T) {
 	for range 50 {
 		wg.Go(func() { _ = w.Wake(context.Background(), "r2", Demand{Revision: "hello-00001", Queued: 1}) })
 	}
-	waitFor(t, 5*time.Second, "the first raise", func() bool { return len(raiser.Calls()) >= 1 })
+	waitFor(t, 20*time.Second, "the first raise", func() bool { return len(raiser.Calls()) >= 1 })
 	close(release)
 	wg.Wait()
 	if n := len(raiser.Calls()); n != 1 {

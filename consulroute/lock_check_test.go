@@ -18,6 +18,8 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // The leader lock bound to the replica's activator check, on the fake
@@ -173,6 +175,7 @@ func (r *lockReplica) stop(t *testing.T) {
 
 func waitUntil(t *testing.T, timeout time.Duration, what string, f func() bool) time.Duration {
 	t.Helper()
+	timeout = testbin.Bound(timeout)
 	start := time.Now()
 	for !f() {
 		if time.Since(start) > timeout {

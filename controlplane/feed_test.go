@@ -26,7 +26,7 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 // waitFor polls cond for up to 5 s: the feeders run in goroutines.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testbin.Eventually(t, 5*time.Second, 5*time.Millisecond, what, func() (bool, string) { return cond(), "" })
+	testbin.Eventually(t, 20*time.Second, 5*time.Millisecond, what, func() (bool, string) { return cond(), "" })
 }
 
 type fakeNomadSource struct {

@@ -121,6 +121,7 @@ func startSession(t *testing.T, c Config, path string) *session {
 // waitOutput waits until stdout contains want, failing if dev returns first.
 func (s *session) waitOutput(t *testing.T, want string, timeout time.Duration) {
 	t.Helper()
+	timeout = testbin.Bound(timeout)
 	deadline := time.Now().Add(timeout)
 	for !strings.Contains(s.stdout.String(), want) {
 		select {
@@ -151,7 +152,7 @@ func (s *session) wait(t *testing.T, timeout time.Duration) int {
 }
 
 func TestDevStartsWaitsAndStopsInOrder(t *testing.T) {
-	f := newFakes(t, allRoles, map[string]string{"FAKE_LEADER_DELAY": "300ms"})
+	f := newFakes(t, allRoles, map[string]string{"FAKE_LEADER_POLLS": "2"})
 	c := testConfig(t, f)
 	s := startSession(t, c, f.Dir)
 	s.waitOutput(t, "Ctrl-C stops everything", 30*time.Second)

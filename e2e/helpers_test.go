@@ -31,6 +31,9 @@ func TestUnitDecide(t *testing.T) {
 		return func(name string) (string, error) {
 			for _, h := range have {
 				if h == name {
+					if strings.Contains(name, "/") {
+						return name, nil
+					}
 					return "/usr/bin/" + name, nil
 				}
 			}
@@ -53,6 +56,10 @@ func TestUnitDecide(t *testing.T) {
 			"e2e: SKIPPED: nomad is not on PATH and NOMAD_ADDR/CONSUL_HTTP_ADDR are not set (install from https://developer.hashicorp.com/nomad/install)"},
 		{"nomad only", nil, []string{"nomad"}, Skip,
 			"e2e: SKIPPED: consul is not on PATH and NOMAD_ADDR/CONSUL_HTTP_ADDR are not set (install from https://developer.hashicorp.com/consul/install)"},
+		{"NOMAD_BIN and CONSUL_BIN over PATH", map[string]string{"NOMAD_BIN": "/opt/nomad-2.0/nomad", "CONSUL_BIN": "/opt/consul-1.22/consul"}, []string{"/opt/nomad-2.0/nomad", "/opt/consul-1.22/consul"}, StartAgents, ""},
+		{"NOMAD_BIN alone, consul on PATH", map[string]string{"NOMAD_BIN": "/opt/nomad-2.0/nomad"}, []string{"/opt/nomad-2.0/nomad", "consul"}, StartAgents, ""},
+		{"NOMAD_BIN that is not there", map[string]string{"NOMAD_BIN": "/opt/nomad"}, []string{"nomad", "consul"}, Misconfigured,
+			"e2e: NOT RUN: NOMAD_BIN=/opt/nomad: not found"},
 		{"half the addresses", map[string]string{"NOMAD_ADDR": "http://x:4646"}, []string{"nomad", "consul"}, Misconfigured,
 			"e2e: NOT RUN: NOMAD_ADDR is set but CONSUL_HTTP_ADDR is not: set both to use running agents, or neither to let the suite start dev agents"},
 	} {
@@ -72,7 +79,14 @@ func TestUnitDecide(t *testing.T) {
 				t.Errorf("%s: addresses %q %q", tc.name, p.NomadAddr, p.ConsulAddr)
 			}
 		case StartAgents:
-			if p.NomadBin != "/usr/bin/nomad" || p.ConsulBin != "/usr/bin/consul" {
+			wantNomad, wantConsul := "/usr/bin/nomad", "/usr/bin/consul"
+			if b := tc.env["NOMAD_BIN"]; b != "" {
+				wantNomad = b
+			}
+			if b := tc.env["CONSUL_BIN"]; b != "" {
+				wantConsul = b
+			}
+			if p.NomadBin != wantNomad || p.ConsulBin != wantConsul {
 				t.Errorf("%s: binaries %q %q", tc.name, p.NomadBin, p.ConsulBin)
 			}
 		}
@@ -327,6 +341,33 @@ func TestUnitServiceFileParses(t *testing.T) {
 	}
 	if o := f.Services[1]; o.Scaling.Min != 2 || o.Scaling.Initial != 2 || o.Scaling.Window != spec.DefaultScaling().Window {
 		t.Errorf("other scaling = %+v (unset fields keep the defaults)", o.Scaling)
+	}
+}
+
+// The gRPC test app's service: no testapp argument, protocol h2c, gRPC
+// readiness.
+func TestUnitGRPCServiceFileParses(t *testing.T) {
+	s := Service{Name: "e2e-grpc", Binary: "/tmp/grpcapp", GRPC: true, Env: map[string]string{"GRPCAPP_EVENTS": "/tmp/events"}, Scaling: FastScaling()}
+	path, err := WriteServiceFile(t.TempDir(), "grpc.hcl", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, diags := svchcl.ParseFile(path, svchcl.Options{})
+	if diags.HasErrors() {
+		var b strings.Builder
+		f.WriteDiagnostics(&b, diags)
+		src, _ := os.ReadFile(path)
+		t.Fatalf("the service language rejects the suite's file:\n%s\n%s", b.String(), src)
+	}
+	task := f.Services[0].Template.Task
+	if task.Config["command"] != "/tmp/grpcapp" || task.Config["args"] != nil {
+		t.Errorf("config = %v", task.Config)
+	}
+	if task.Protocol != spec.ProtocolH2C {
+		t.Errorf("protocol = %q, want h2c", task.Protocol)
+	}
+	if r := f.Services[0].Template.Readiness; r == nil || r.Type != spec.ProbeGRPC {
+		t.Errorf("readiness = %+v, want grpc", r)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -102,6 +103,12 @@ func runSuite(m *testing.M, g *devagents.Guard) int {
 	case StartAgents:
 		var err error
 		if dir, err = os.MkdirTemp("", "nomad-serverless-e2e-"); err != nil {
+			fmt.Println("e2e: FAILED:", err)
+			return 1
+		}
+		// The binary's own runs of the agents (dev, the scenarios that
+		// start a cluster) look on PATH: put the plan's pair first there.
+		if err := pathFirst(filepath.Join(dir, "bin"), map[string]string{"nomad": plan.NomadBin, "consul": plan.ConsulBin}); err != nil {
 			fmt.Println("e2e: FAILED:", err)
 			return 1
 		}
@@ -221,4 +228,18 @@ func reachable(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("agents not ready: %w", err)
+}
+
+// pathFirst links each name in dir to its binary and puts dir first on
+// this process's PATH, which the binaries the suite runs inherit.
+func pathFirst(dir string, bins map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("put the agents first on PATH: %w", err)
+	}
+	for name, bin := range bins {
+		if err := os.Symlink(bin, filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("put the agents first on PATH: %w", err)
+		}
+	}
+	return os.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }

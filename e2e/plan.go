@@ -15,7 +15,8 @@ const (
 	Skip Mode = iota
 	// UseRunning: NOMAD_ADDR and CONSUL_HTTP_ADDR name running agents.
 	UseRunning
-	// StartAgents: consul and nomad are on PATH; the suite starts dev agents.
+	// StartAgents: consul and nomad are on PATH, or NOMAD_BIN and
+	// CONSUL_BIN name them; the suite starts dev agents.
 	StartAgents
 	// Misconfigured: only one of NOMAD_ADDR and CONSUL_HTTP_ADDR is set.
 	Misconfigured
@@ -36,7 +37,10 @@ type Plan struct {
 }
 
 // Decide picks the agents' source from the environment and PATH. lookPath is
-// exec.LookPath in the suite.
+// exec.LookPath in the suite. NOMAD_BIN and CONSUL_BIN, when set, name the
+// binaries to start instead of PATH's (one pair of agents beside another:
+// the oldest supported and the newest); a path that is not an executable
+// is a misconfiguration, not a skip.
 func Decide(getenv func(string) string, lookPath func(string) (string, error)) Plan {
 	nomadAddr, consulAddr := getenv("NOMAD_ADDR"), getenv("CONSUL_HTTP_ADDR")
 	switch {
@@ -47,8 +51,16 @@ func Decide(getenv func(string) string, lookPath func(string) (string, error)) P
 	case consulAddr != "":
 		return Plan{Mode: Misconfigured, Reason: "CONSUL_HTTP_ADDR is set but NOMAD_ADDR is not: set both to use running agents, or neither to let the suite start dev agents"}
 	}
-	nomadBin, nerr := lookPath("nomad")
-	consulBin, cerr := lookPath("consul")
+	nomadBin, nerr := agentBinary(getenv, lookPath, "NOMAD_BIN", "nomad")
+	consulBin, cerr := agentBinary(getenv, lookPath, "CONSUL_BIN", "consul")
+	for _, m := range []struct {
+		env string
+		err error
+	}{{"NOMAD_BIN", nerr}, {"CONSUL_BIN", cerr}} {
+		if m.err != nil && getenv(m.env) != "" {
+			return Plan{Mode: Misconfigured, Reason: fmt.Sprintf("%s=%s: %v", m.env, getenv(m.env), m.err)}
+		}
+	}
 	if nerr == nil && cerr == nil {
 		return Plan{Mode: StartAgents, NomadBin: nomadBin, ConsulBin: consulBin}
 	}
@@ -68,6 +80,14 @@ func Decide(getenv func(string) string, lookPath func(string) (string, error)) P
 	}
 	return Plan{Mode: Skip, Reason: fmt.Sprintf("%s %s not on PATH and NOMAD_ADDR/CONSUL_HTTP_ADDR are not set (install from %s)",
 		strings.Join(missing, " and "), verb, strings.Join(urls, " and "))}
+}
+
+// agentBinary is the agent binary env names, or name on PATH.
+func agentBinary(getenv func(string) string, lookPath func(string) (string, error), env, name string) (string, error) {
+	if p := getenv(env); p != "" {
+		return lookPath(p)
+	}
+	return lookPath(name)
 }
 
 // SkipLine is the one line the suite prints when it does not run.

@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// Service is a test service: the binary under test's `testapp` run by
-// raw_exec, with scaling shortened so a scenario sees it react within
-// seconds. HCL renders it in the language of `deploy` (see examples/).
+// Service is a test service: the binary under test's `testapp` (or the
+// gRPC test app) run by raw_exec, with scaling shortened so a scenario sees
+// it react within seconds. HCL renders it in the language of `deploy` (see
+// examples/).
 type Service struct {
 	Name string
 	// Binary is the absolute path of nomad-serverless on the (local) node.
@@ -30,6 +31,10 @@ type Service struct {
 	// HostNetwork, when set, is the network block's host_network: the
 	// clients' host network the instances' ports get their address from.
 	HostNetwork string
+	// GRPC, when set, says Binary is the gRPC test app (test/grpcapp, a
+	// plain grpc-go server): run without arguments, with the task's
+	// protocol "h2c" and gRPC readiness.
+	GRPC bool
 }
 
 // Scaling is the subset of the scaling block the scenarios set. Min and
@@ -72,8 +77,13 @@ func (s Service) HCL() string {
 	b.WriteString("    driver = \"raw_exec\"\n")
 	b.WriteString("    config {\n")
 	fmt.Fprintf(&b, "      command = %q\n", s.Binary)
-	b.WriteString("      args    = [\"testapp\"]\n")
+	if !s.GRPC {
+		b.WriteString("      args    = [\"testapp\"]\n")
+	}
 	b.WriteString("    }\n")
+	if s.GRPC {
+		b.WriteString("    protocol = \"h2c\"\n")
+	}
 	if len(s.Env) > 0 {
 		b.WriteString("    env {\n")
 		keys := make([]string, 0, len(s.Env))
@@ -90,9 +100,14 @@ func (s Service) HCL() string {
 	b.WriteString("    resources {\n      cpu    = 50\n      memory = 64\n    }\n")
 	b.WriteString("    kill_timeout = \"5s\"\n")
 	b.WriteString("  }\n\n")
-	// Readiness on the app's /ready, so TESTAPP_READY_DELAY is what the
-	// sidecar waits for.
-	b.WriteString("  readiness {\n    http {\n      path = \"/ready\"\n    }\n  }\n\n")
+	if s.GRPC {
+		// The standard health service, over h2c.
+		b.WriteString("  readiness {\n    grpc {}\n  }\n\n")
+	} else {
+		// Readiness on the app's /ready, so TESTAPP_READY_DELAY is what
+		// the sidecar waits for.
+		b.WriteString("  readiness {\n    http {\n      path = \"/ready\"\n    }\n  }\n\n")
+	}
 	if s.Concurrency > 0 {
 		fmt.Fprintf(&b, "  concurrency = %d\n\n", s.Concurrency)
 	}

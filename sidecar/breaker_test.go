@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 func TestBreakerLimitsAndQueues(t *testing.T) {
@@ -163,10 +165,11 @@ func TestNewBreakerValidates(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	bound := testbin.Bound(30 * time.Second)
+	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
+			t.Fatalf("condition not reached within %s", bound)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -118,13 +118,14 @@ func startSidecar(t *testing.T, cfg spec.SidecarConfig, opts sidecar.Options) *r
 // waitReady polls the probe header until the sidecar answers 200.
 func (r *running) waitReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	bound := testbin.Bound(30 * time.Second)
+	deadline := time.Now().Add(bound)
 	for {
 		if code, _ := probe(t, r.url); code == http.StatusOK {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("sidecar not ready within 20s")
+			t.Fatalf("sidecar not ready within %s", bound)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -328,7 +329,7 @@ func TestDefaultReadinessIsTCP(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testbin.Bound(30 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting: %s", what)

@@ -424,10 +424,12 @@ func copyRequestBody(ac *appConn, r *http.Request, chunked bool, buffers *buffer
 		}
 		if rerr != nil {
 			err = fmt.Errorf("%w: %v", errClientBody, rerr)
-			// Unblock the response read: the app waits for bytes that
-			// will not come.
-			_ = ac.nc.SetReadDeadline(pastDeadline)
+			// The result first (done never blocks), then unblock the
+			// response read, which the app keeps waiting for bytes that
+			// will not come: woken, it must find the body's error to
+			// answer 400 (bodyError), not its own timeout's 502.
 			done <- err
+			_ = ac.nc.SetReadDeadline(pastDeadline)
 			return
 		}
 	}

@@ -42,14 +42,14 @@ func appServer(t *testing.T, h http.HandlerFunc) int {
 
 // rawResponder answers every request on a connection with resp (one per
 // request head read), then does what after says.
-func rawResponder(t *testing.T, resp string, closeAfter bool) (port int, conns *atomic.Int64) {
+func rawResponder(t *testing.T, resp string, closeAfter bool) (port int, conns, open *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	conns = &atomic.Int64{}
+	conns, open = &atomic.Int64{}, &atomic.Int64{}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -57,7 +57,9 @@ func rawResponder(t *testing.T, resp string, closeAfter bool) (port int, conns *
 				return
 			}
 			conns.Add(1)
+			open.Add(1)
 			go func() {
+				defer open.Add(-1)
 				defer c.Close()
 				br := bufio.NewReader(c)
 				for {
@@ -76,7 +78,7 @@ func rawResponder(t *testing.T, resp string, closeAfter bool) (port int, conns *
 			}()
 		}
 	}()
-	return ln.Addr().(*net.TCPAddr).Port, conns
+	return ln.Addr().(*net.TCPAddr).Port, conns, open
 }
 
 func TestForwardTrailersBothWays(t *testing.T) {
@@ -155,7 +157,7 @@ func TestForwardFramings(t *testing.T) {
 		{"early hints then answer", "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "ok", false, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			port, conns := rawResponder(t, c.resp, c.closeAfter)
+			port, conns, _ := rawResponder(t, c.resp, c.closeAfter)
 			srv := proxyTo(t, port)
 			for i := 0; i < 3; i++ {
 				var early atomic.Int32
@@ -192,7 +194,7 @@ func TestForwardBadResponses(t *testing.T) {
 		{"closed without answer", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			port, _ := rawResponder(t, c.resp, true)
+			port, _, _ := rawResponder(t, c.resp, true)
 			srv := proxyTo(t, port)
 			resp, err := http.Get(srv.URL + "/")
 			if err != nil {
@@ -214,7 +216,7 @@ func TestForwardTruncatedBodyAborts(t *testing.T) {
 		"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this",
 		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
 	} {
-		port, _ := rawResponder(t, resp, true)
+		port, _, _ := rawResponder(t, resp, true)
 		srv := proxyTo(t, port)
 		r, err := http.Get(srv.URL + "/")
 		if err != nil {
@@ -233,7 +235,7 @@ func TestForwardTruncatedBodyAborts(t *testing.T) {
 func TestForwardRetriesStaleConnection(t *testing.T) {
 	// Answers without Connection: close, then closes: the sidecar's pooled
 	// connection is dead when the next request takes it.
-	port, conns := rawResponder(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true)
+	port, conns, open := rawResponder(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true)
 	srv := proxyTo(t, port)
 	for i := 0; i < 3; i++ {
 		resp, err := http.Get(srv.URL + "/")
@@ -252,7 +254,9 @@ func TestForwardRetriesStaleConnection(t *testing.T) {
 	}
 	// A POST never goes out on a connection the app closed while it was
 	// idle (it is looked at first), so it reaches the app once, on a new
-	// one.
+	// one. The app has closed every connection first (a 20 ms pause is
+	// not that, on a busy machine).
+	waitFor(t, func() bool { return open.Load() == 0 }) // the app closed its connections
 	before := conns.Load()
 	resp, err := http.Post(srv.URL+"/", "text/plain", nil)
 	if err != nil {
@@ -267,7 +271,7 @@ func TestForwardRetriesStaleConnection(t *testing.T) {
 // A POST the app read and then dropped is not replayed (the app may have
 // acted on it), and the 502 does not offer it to another instance.
 func TestForwardDoesNotReplayPost(t *testing.T) {
-	port, conns := rawResponder(t, "", true) // reads the head, closes
+	port, conns, _ := rawResponder(t, "", true) // reads the head, closes
 	srv := proxyTo(t, port)
 	resp, err := http.Post(srv.URL+"/", "text/plain", strings.NewReader("x"))
 	if err != nil {

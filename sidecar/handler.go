@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
+	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -108,7 +109,7 @@ func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *
 		BufferPool:     buffers,
 		ErrorLog:       errLog,
 		ErrorHandler:   h.proxyError,
-		ModifyResponse: dropNotServed,
+		ModifyResponse: modifyResponse,
 	}
 	h.h2 = &httputil.ReverseProxy{
 		Director:       director,
@@ -116,17 +117,28 @@ func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *
 		BufferPool:     buffers,
 		ErrorLog:       errLog,
 		ErrorHandler:   h.proxyError,
-		ModifyResponse: dropNotServed,
+		ModifyResponse: modifyResponse,
 	}
 	return h
 }
 
-// dropNotServed removes spec.NotServedHeader from an app's response: only
-// the sidecar may say that the app did not serve a request.
-func dropNotServed(resp *http.Response) error {
+// modifyResponse removes spec.NotServedHeader from an app's response (only
+// the sidecar may say that the app did not serve a request) and makes the
+// response's end close an HTTP/2 client's request body, so that an answer
+// that ends while the client still sends does not wait for it
+// (h2proxy.EndsRequest).
+func modifyResponse(resp *http.Response) error {
 	delete(resp.Header, notServedKey)
+	if in, ok := resp.Request.Context().Value(inboundBodyKey{}).(io.Closer); ok {
+		resp.Body = h2proxy.EndsRequest(resp.Body, in)
+	}
 	return nil
 }
+
+// inboundBodyKey carries, in the context of a request on a ReverseProxy
+// path, the request body of an HTTP/2 client (ReverseProxy hands the
+// transport, and so modifyResponse, only a wrapper of it).
+type inboundBodyKey struct{}
 
 // newAppTransport returns the client side of the proxy: keep-alive
 // connections to the app on loopback, no proxy lookup from the environment,
@@ -166,6 +178,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// already canonical, so Header.Get's canonicalisation is waste.
 	if v := r.Header[probeHeader]; len(v) == 1 && v[0] == spec.ProbeHeaderValue {
 		h.serveProbe(w, r)
+		return
+	}
+	if r.Method == "PRI" && r.ProtoMajor == 2 {
+		// An h2c preface whose second line is wrong, read as an HTTP/1
+		// request "PRI * HTTP/2.0" (net/http hands such requests to the
+		// handler): a connection error for RFC 9113 (§3.4), not a request
+		// for the app, which answered it 200.
+		w.Header().Set("Connection", "close")
+		http.Error(w, "nomad-serverless: invalid HTTP/2 connection preface", http.StatusBadRequest)
 		return
 	}
 
@@ -233,6 +254,9 @@ func (h *Handler) serveReverseProxy(rp *httputil.ReverseProxy, x *exchange, r *h
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	x.setCancel(&cancel)
+	if r.ProtoMajor == 2 && r.Body != nil && r.Body != http.NoBody {
+		ctx = context.WithValue(ctx, inboundBodyKey{}, r.Body)
+	}
 	if r.ProtoMajor == 1 && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		// Full duplex: the response may start before the body is read
 		// (see exchange.WriteHeader).

@@ -69,7 +69,8 @@ func TestHostileInputSidecar(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := a.stats(t).Requests
-			resps, closed := rawhttp.Exchange(t, addr, c.parts, 300*time.Millisecond, time.Second)
+			resps, closed := rawhttp.Exchange(t, addr, c.parts, 300*time.Millisecond,
+				rawhttp.Expect{Responses: len(c.want.statuses), Closed: c.want.closed, Quiet: time.Second})
 			saw := a.stats(t).Requests - before
 			ok := len(resps) == len(c.want.statuses) && closed == c.want.closed
 			for i := 0; ok && i < len(resps); i++ {

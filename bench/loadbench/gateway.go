@@ -87,30 +87,14 @@ func runGatewayBench(ctx context.Context, o Options) error {
 
 	run := func(t Target, conns int, d time.Duration, s *Series, round int) error {
 		procs := cpuOf[t.Name]
-		before := make([]time.Duration, len(procs))
-		for i, p := range procs {
-			before[i], _ = cpuTime(p.pid())
-		}
-		pe := peerOf[t.Name]
-		var peerBefore time.Duration
-		if pe != nil {
-			peerBefore = pe.cpu()
-		}
-		app0, _ := cpuTime(app.pid())
+		span := startCPUSpan(procs, peerOf[t.Name], app)
 		idle := s.measureIdle()
 		r := Run(ctx, t, Load{Conns: conns, Duration: d})
 		idle()
-		app1, _ := cpuTime(app.pid())
-		s.AppCPU += app1 - app0
-		for i, p := range procs {
-			after, _ := cpuTime(p.pid())
-			s.CPU += after - before[i]
-			if p == gw {
-				gwCPU[s] += after - before[i]
+		for i, used := range span.end(s) {
+			if procs[i] == gw {
+				gwCPU[s] += used
 			}
-		}
-		if pe != nil {
-			s.CPU += pe.cpu() - peerBefore
 		}
 		s.Add(r)
 		PrintRun(o.Out, round, r)
@@ -319,6 +303,45 @@ func runPolicyBench(ctx context.Context, o Options) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// cpuSpan counts the CPU a run costs: the proxies it crosses, a peer's
+// processes and the app behind them.
+type cpuSpan struct {
+	procs                 []*proc
+	peer                  *peer // nil: none
+	app                   *proc
+	before                []time.Duration
+	peerBefore, appBefore time.Duration
+}
+
+func startCPUSpan(procs []*proc, pe *peer, app *proc) *cpuSpan {
+	c := &cpuSpan{procs: procs, peer: pe, app: app, before: make([]time.Duration, len(procs))}
+	for i, p := range procs {
+		c.before[i], _ = cpuTime(p.pid())
+	}
+	if pe != nil {
+		c.peerBefore = pe.cpu()
+	}
+	c.appBefore, _ = cpuTime(app.pid())
+	return c
+}
+
+// end adds what the proxies and the peer used to s.CPU and what the app
+// used to s.AppCPU, and returns what each of procs used.
+func (c *cpuSpan) end(s *Series) []time.Duration {
+	app, _ := cpuTime(c.app.pid())
+	s.AppCPU += app - c.appBefore
+	used := make([]time.Duration, len(c.procs))
+	for i, p := range c.procs {
+		after, _ := cpuTime(p.pid())
+		used[i] = after - c.before[i]
+		s.CPU += used[i]
+	}
+	if c.peer != nil {
+		s.CPU += c.peer.cpu() - c.peerBefore
+	}
+	return used
 }
 
 func addrOf(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }

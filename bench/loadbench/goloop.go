@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -39,7 +40,11 @@ type gconn struct {
 	// xff is the client's address, X-Forwarded-For's value.
 	xff string
 	in  []byte // read, not yet used
-	out []byte // to write, not yet written (the fd waits for EPOLLOUT)
+	out []byte // to write; out[sent:] is not written yet (the fd waits for EPOLLOUT)
+	// sent is how much of out is written: a partial write moves it on
+	// instead of moving the rest of out down (which made a response many
+	// times the socket buffers quadratic to pass on).
+	sent int
 	// busy (client): its request is at the upstream; head (upstream): that
 	// request is a HEAD, so its response has no body.
 	busy, head bool
@@ -49,6 +54,10 @@ type gconn struct {
 
 // maxGoloopHead bounds a request or response head.
 const maxGoloopHead = 64 << 10
+
+// goloopDrainWaits counts the times a loop found a socket full and waited
+// for EPOLLOUT: its test's proof that it took that path.
+var goloopDrainWaits atomic.Int64
 
 // startGoloops starts loops threads serving listen, forwarding to upstream
 // (both IPv4 host:port). stop ends them and closes every socket they hold,
@@ -356,8 +365,8 @@ func (l *goloop) dial() (*gconn, error) {
 // share of an epoll_wait, as in our proxies). It reports whether c is
 // still open.
 func (l *goloop) flush(c *gconn) bool {
-	for len(c.out) > 0 {
-		n, err := syscall.Write(c.fd, c.out)
+	for c.sent < len(c.out) {
+		n, err := syscall.Write(c.fd, c.out[c.sent:])
 		if errors.Is(err, syscall.EAGAIN) {
 			if !c.writable {
 				if l.watch(syscall.EPOLL_CTL_MOD, c.fd, syscall.EPOLLIN|syscall.EPOLLOUT) != nil {
@@ -365,6 +374,7 @@ func (l *goloop) flush(c *gconn) bool {
 					return false
 				}
 				c.writable = true
+				goloopDrainWaits.Add(1)
 			}
 			return true
 		}
@@ -372,8 +382,9 @@ func (l *goloop) flush(c *gconn) bool {
 			l.gone(c)
 			return false
 		}
-		c.out = c.out[:copy(c.out, c.out[n:])]
+		c.sent += n
 	}
+	c.out, c.sent = c.out[:0], 0
 	if c.writable {
 		_ = l.watch(syscall.EPOLL_CTL_MOD, c.fd, syscall.EPOLLIN)
 		c.writable = false

@@ -12,7 +12,8 @@
 // It runs on Linux: it reads /proc, ties its peers' lives to its own
 // (Pdeathsig), and the reference loops use epoll.
 //
-// Modes: sidecar (sidecar.go). Add a mode by adding it to modes().
+// Modes: sidecar (sidecar.go), gateway (gateway.go), coldstart, grpc
+// (grpc.go: gRPC unary over h2c). Add a mode by adding it to modes().
 package main
 
 import (
@@ -54,7 +55,7 @@ type Options struct {
 // by the environment variable that makes it one and carries its
 // configuration: the gateway under test and the reference loops.
 func children() map[string]func(config string) error {
-	return map[string]func(string) error{envGatewayChild: runGatewayChild, envGoloopChild: runGoloopChild}
+	return map[string]func(string) error{envGatewayChild: runGatewayChild, envGoloopChild: runGoloopChild, envGRPCAppChild: runGRPCAppChild}
 }
 
 func init() {
@@ -79,6 +80,7 @@ func modes() map[string]mode {
 		"sidecar":   runSidecarBench,
 		"gateway":   runGatewayBench,
 		"coldstart": runColdStartBench,
+		"grpc":      runGRPCBench,
 	}
 }
 
@@ -95,7 +97,7 @@ func main() {
 	flag.DurationVar(&o.Warmup, "warmup", time.Second, "warm-up per target before measuring")
 	flag.DurationVar(&o.SingleDuration, "single-duration", 3*time.Second, "length of one single-connection run")
 	flag.BoolVar(&o.ShowOutput, "show-output", false, "print the output of the started processes at the end")
-	peers := flag.String("peers", strings.Join(peerNames(), ","), "peer proxies to measure beside ours (sidecar and gateway modes), \"\" for none")
+	peers := flag.String("peers", strings.Join(peerNames(), ","), "peer proxies to measure beside ours (sidecar and gateway modes; grpc mode runs HAProxy in h2c when haproxy is listed), \"\" for none")
 	proxyEnv := flag.String("proxy-env", "", "extra environment for the proxy under test, e.g. GOGC=50,GOMAXPROCS=1")
 	flag.Parse()
 	o.Out = os.Stdout

@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // haproxyPeer is HAProxy as a production load balancer would run it for
 // this: two threads (one a core), HTTP mode, keep-alive on both sides and
@@ -42,4 +45,19 @@ frontend bench
 backend app
 	server app %[2]s maxconn 1024
 `, listen, upstream)
+}
+
+// haproxyH2CPeer is HAProxy for the gRPC benchmark: HTTP/2 with prior
+// knowledge (h2c) on its listener and to the upstream (`proto h2` on the
+// bind and server lines), as it is put in front of a gRPC service without
+// TLS; otherwise configured as haproxyPeer (streams to the upstream are
+// multiplexed over its kept connections: http-reuse always).
+func haproxyH2CPeer() peerKind {
+	k := haproxyPeer()
+	k.Config = func(dir, listen, upstream string) string {
+		return strings.Replace(strings.Replace(haproxyConfig(dir, listen, upstream),
+			"bind "+listen, "bind "+listen+" proto h2", 1),
+			"server app "+upstream, "server app "+upstream+" proto h2", 1)
+	}
+	return k
 }

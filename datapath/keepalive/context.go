@@ -19,7 +19,8 @@ import (
 //   - Err looks at the connection (a non-blocking peek) when the request is
 //     older than clientCheckInterval since the last look, so code that
 //     polls Err, such as the upstream read that wakes every
-//     clientCheckInterval, sees a departed client within that interval;
+//     clientCheckInterval, sees a departed client within that interval
+//     (once a watcher runs, below, Err leaves the looking to it);
 //   - Done and AfterFunc, which only slow paths use (a request waiting in
 //     the activator's queue), start a goroutine that waits for the
 //     connection to become readable, as net/http's background read does.
@@ -106,12 +107,28 @@ func (rc *requestContext) Err() error {
 	if p := rc.err.Load(); p != nil {
 		return *p
 	}
+	if rc.used.Load() {
+		// Done or AfterFunc started a watcher, which cancels the context
+		// when the client leaves. A peek here would wait for it: the
+		// watcher holds the socket's read lock while it waits for the
+		// socket to become readable, so Err would block until the client
+		// sent or left.
+		return nil
+	}
 	now := int64(time.Since(clockBase))
 	last := rc.checked.Load()
 	if now-last < int64(clientCheckInterval) || !rc.checked.CompareAndSwap(last, now) {
 		return nil
 	}
-	if rc.conn.clientGone() {
+	// Once Done or AfterFunc started a watcher, it looks at the client and
+	// cancels the context when it leaves. A peek then would wait for the
+	// socket's read lock, which the watcher holds until the client sends
+	// or leaves: the request would hang as long as its client waits for
+	// the answer. mu keeps a watcher from starting during the peek.
+	rc.mu.Lock()
+	gone := !rc.used.Load() && rc.conn.clientGone()
+	rc.mu.Unlock()
+	if gone {
 		rc.cancel(context.Canceled)
 		return context.Canceled
 	}

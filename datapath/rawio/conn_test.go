@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // pair returns the two ends of a loopback TCP connection; both are closed
@@ -268,9 +270,10 @@ func TestWritten(t *testing.T) {
 
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+	bound := testbin.Bound(20 * time.Second)
+	for deadline := time.Now().Add(bound); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
+			t.Fatalf("condition not met within %s", bound)
 		}
 	}
 }

@@ -78,6 +78,15 @@ type App struct {
 	// above).
 	Env map[string]string
 
+	// Command, when set, is the app's program and arguments instead of the
+	// binary's testapp: a test's own app (a gRPC server, say) that gets
+	// the same environment (PORT, K_SERVICE, K_REVISION, Env). The test
+	// app's settings above are still passed, and mean nothing to it.
+	Command []string
+	// Protocol is what the app speaks, as a task's protocol: "" (HTTP/1.1)
+	// or spec.ProtocolH2C; the sidecar speaks it to the app.
+	Protocol string
+
 	// Readiness is the sidecar's readiness probe of the app; nil is an HTTP
 	// probe of the test app's /ready (which honours ReadyDelay).
 	Readiness *spec.Probe

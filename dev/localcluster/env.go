@@ -52,6 +52,7 @@ func (a App) sidecarEnv(rev catalog.Revision, alloc string, port, appPort, admin
 		Service:      rev.Service,
 		Revision:     rev.Name,
 		Instance:     alloc,
+		AppProtocol:  a.Protocol,
 		Concurrency:  rev.Concurrency,
 		QueueDepth:   depth,
 		Timeout:      rev.Timeout,

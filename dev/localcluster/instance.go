@@ -127,13 +127,13 @@ func (in *instance) run() {
 	defer c.ports.release(ports)
 	appPort, port, adminPort := ports[0], ports[1], ports[2]
 
-	appProc, err := in.start("app", app.appEnv(rev, appPort))
+	appProc, err := in.start("app", app.Command, app.appEnv(rev, appPort))
 	if err != nil {
 		c.instanceDied(in, err)
 		in.finish(nil, nil)
 		return
 	}
-	sideProc, err := in.start("sidecar", app.sidecarEnv(rev, in.id, port, appPort, adminPort))
+	sideProc, err := in.start("sidecar", nil, app.sidecarEnv(rev, in.id, port, appPort, adminPort))
 	if err != nil {
 		c.instanceDied(in, err)
 		in.finish(appProc, nil)
@@ -235,11 +235,15 @@ func (c *Cluster) terminate(p *proc, grace time.Duration) error {
 	return fmt.Errorf("%s did not exit within %s of SIGTERM; killed", p.name, grace)
 }
 
-// start launches one role (`testapp` or `sidecar`) of the binary.
-func (in *instance) start(role string, env map[string]string) (*proc, error) {
+// start launches one role (`testapp` or `sidecar`) of the binary, or, for
+// the app, command when it is set.
+func (in *instance) start(role string, command []string, env map[string]string) (*proc, error) {
 	c := in.c
 	sub := map[string]string{"app": "testapp", "sidecar": "sidecar"}[role]
 	cmd := exec.Command(c.opts.Binary, sub)
+	if role == "app" && len(command) > 0 {
+		cmd = exec.Command(command[0], command[1:]...)
+	}
 	cmd.Env = mergeEnv(os.Environ(), env)
 	prefix := fmt.Sprintf("[%s %s %s] ", in.rev.rev.Name, in.id[:8], role)
 	w := &lineWriter{mu: &c.outMu, w: c.opts.Output, prefix: prefix}
@@ -248,7 +252,7 @@ func (in *instance) start(role string, env map[string]string) (*proc, error) {
 	// Bound Wait when a grandchild keeps the output pipe open.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s %s: %w", c.opts.Binary, sub, err)
+		return nil, fmt.Errorf("start %s: %w", cmd, err)
 	}
 	p := &proc{name: role, cmd: cmd, done: make(chan struct{})}
 	go func() {

@@ -10,6 +10,9 @@
 // Behaviour is set through New's env map:
 //
 //	FAKE_LEADER_DELAY=300ms  /v1/status/leader answers "" that long after start
+//	FAKE_LEADER_POLLS=2      /v1/status/leader answers "" to the first 2 polls
+//	                         (a wait for the election, proved on a machine
+//	                         of any speed)
 //	FAKE_FAIL=<role>         that role prints "boom: ..." and exits 3 at once
 //	FAKE_IGNORE_INT=<role>   that role ignores SIGINT (it must be killed)
 //	FAKE_NO_RAW_EXEC=1       the Nomad node's raw_exec driver is unhealthy
@@ -31,7 +34,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -143,11 +148,13 @@ func fakeMain(role string, args []string) int {
 
 	start := time.Now()
 	leaderDelay, _ := time.ParseDuration(os.Getenv("FAKE_LEADER_DELAY"))
+	leaderPolls, _ := strconv.Atoi(os.Getenv("FAKE_LEADER_POLLS"))
+	var polls atomic.Int64
 	bootstrapped := make(chan struct{}, 1)
 	bootstrapped <- struct{}{} // a token to take: bootstrap works once
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/status/leader", func(w http.ResponseWriter, r *http.Request) {
-		if time.Since(start) < leaderDelay {
+		if time.Since(start) < leaderDelay || polls.Add(1) <= int64(leaderPolls) {
 			logEvent("poll %s leader=none", role)
 			fmt.Fprint(w, `""`)
 			return

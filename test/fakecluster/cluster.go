@@ -3,49 +3,39 @@ package fakecluster
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"sync"
 	"testing"
 	"time"
 )
 
-// Options tune a Cluster. The zero value is a cluster that behaves with
-// real Nomad's and Consul's timings.
+// Options tune a Cluster. The zero value behaves with real Nomad's and
+// Consul's timings.
 type Options struct {
-	// CheckInterval, when above 0, replaces the interval of every HTTP and
-	// TCP check (real Consul runs them no more often than once a second).
+	// CheckInterval, when above 0, replaces the interval of every HTTP
+	// check.
 	CheckInterval time.Duration
 	// ShutdownDelay, when above 0, replaces every group's shutdown_delay;
 	// below 0 it turns shutdown delays off.
 	ShutdownDelay time.Duration
-	// RescheduleDelay, when above 0, replaces the reschedule policy's delay
-	// before a failed allocation is replaced.
+	// RescheduleDelay, when above 0, replaces the delay before a failed
+	// allocation is replaced.
 	RescheduleDelay time.Duration
 	// HeartbeatInterval is how often an idle event stream gets a "{}"
 	// heartbeat; default 10s, as Nomad.
 	HeartbeatInterval time.Duration
-	// ClientSyncInterval is how often an allocation's runner reports its
-	// changes to the fake server, in one batch: a Nomad client sends its
-	// allocations' updates every 200 ms (allocSyncIntv), so the servers'
-	// view (and the event stream) trails what runs, and Consul may list an
-	// instance passing while Nomad still says pending. Default 200ms;
-	// below 0 every change is reported at once.
-	ClientSyncInterval time.Duration
-	// DataDir holds the allocation directories (task directories and
-	// logs); default a new temporary directory removed on Close.
+	// DataDir holds the allocation directories; default a temporary
+	// directory removed on Close.
 	DataDir string
 	// TaskOutput, when set, receives every task's stdout and stderr, each
-	// line prefixed with "[job alloc task] ". Logs are always written to
+	// line prefixed with "[job alloc task] ". They always go to
 	// <DataDir>/alloc/<alloc ID>/alloc/logs/<task>.std{out,err}.0 too.
 	TaskOutput io.Writer
-	// Logger receives the fake agents' own logs; default discards them.
-	Logger *slog.Logger
 }
 
 // Cluster is a fake Nomad agent and a fake Consul agent on 127.0.0.1, wired
 // together as a dev cluster is: Nomad runs allocations and registers their
-// services in Consul. Close stops every process it started.
+// services in Consul.
 type Cluster struct {
 	Nomad  *Nomad
 	Consul *Consul
@@ -56,11 +46,8 @@ type Cluster struct {
 
 // New starts a cluster. Call Close when done.
 func New(opts Options) (*Cluster, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.ClientSyncInterval == 0 {
-		opts.ClientSyncInterval = 200 * time.Millisecond
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = 10 * time.Second
 	}
 	c := &Cluster{}
 	if opts.DataDir == "" {
@@ -72,19 +59,16 @@ func New(opts Options) (*Cluster, error) {
 	}
 	c.Consul = newConsul(opts)
 	c.Nomad = newNomad(opts, c.Consul)
-	if err := c.Consul.srv.start("127.0.0.1:0"); err != nil {
-		c.Close()
-		return nil, err
-	}
-	if err := c.Nomad.srv.start("127.0.0.1:0"); err != nil {
-		c.Close()
-		return nil, err
+	for _, s := range []*server{c.Consul.srv, c.Nomad.srv} {
+		if err := s.start("127.0.0.1:0"); err != nil {
+			c.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }
 
-// Start starts a cluster for a test and closes it in t.Cleanup; on failure
-// the test fails.
+// Start starts a cluster for a test and closes it in t.Cleanup.
 func Start(tb testing.TB, opts Options) *Cluster {
 	tb.Helper()
 	c, err := New(opts)
@@ -95,26 +79,19 @@ func Start(tb testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// Env is the environment that points Nomad and Consul clients (our CLI and
-// `serve` among them) at the cluster.
+// Env is the environment that points Nomad and Consul clients at the
+// cluster.
 func (c *Cluster) Env() map[string]string {
-	return map[string]string{
-		"NOMAD_ADDR":       c.Nomad.Addr(),
-		"CONSUL_HTTP_ADDR": c.Consul.Addr(),
-	}
+	return map[string]string{"NOMAD_ADDR": c.Nomad.Addr(), "CONSUL_HTTP_ADDR": c.Consul.Addr()}
 }
 
-// Close stops serving, stops every allocation (SIGKILL after each task's
-// kill timeout, without shutdown delays), and waits for every goroutine and
-// process the cluster started. It is safe to call more than once.
+// Close stops serving, stops every allocation (without shutdown delays)
+// and waits for every goroutine and process the cluster started. It is
+// safe to call more than once.
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
-		if c.Nomad != nil {
-			c.Nomad.close()
-		}
-		if c.Consul != nil {
-			c.Consul.close()
-		}
+		c.Nomad.close()
+		c.Consul.close()
 		if c.tempDir != "" {
 			_ = os.RemoveAll(c.tempDir)
 		}

@@ -2,13 +2,11 @@ package fakecluster
 
 import (
 	"cmp"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,87 +16,81 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/datapath/broadcast"
 )
 
-// ConsulVersion is the version the fake Consul reports.
-const ConsulVersion = "1.16.1"
-
-// consulNode is the single node of the fake Consul (a dev agent).
+// The fake Consul's version and single node (a dev agent).
 const (
+	consulVersion  = "1.16.1"
 	consulNodeName = "fake"
 	consulNodeID   = "8913a489-5e34-67ee-85fa-9802d69988a4"
 	consulDC       = "dc1"
 )
 
-// Consul is the fake Consul agent: KV with check-and-set and sessions,
-// sessions with TTLs, config entries with the validation Consul does for
-// routing (splitter weights, L7 protocol), the compiled discovery chain,
-// the agent's service and check registrations, the health endpoint, and
-// HTTP/TCP checks that really run. Every read that Consul can block on
-// honours index and wait. It is safe for concurrent use.
+// Consul is the fake Consul agent. Every read Consul can block on honours
+// index and wait. It is safe for concurrent use.
 type Consul struct {
 	opts Options
-	log  *slog.Logger
 	srv  *server
 	quit chan struct{}
 
-	changed broadcast.Signal
+	changed broadcast.Signal // wakes blocking queries
 
-	mu     sync.Mutex
-	closed bool
-	// index is the raft index: every write takes the next one.
-	index uint64
-
-	kv        map[string]*kvEntry
+	mu        sync.Mutex
+	closed    bool
+	index     uint64 // the raft index: every write takes the next one
+	kv        map[string]*consulapi.KVPair
 	kvTomb    map[string]uint64    // key -> index of its deletion
-	kvIndex   uint64               // last write to the KV table
+	kvIndex   uint64               // the last write to the KV table
 	lockDelay map[string]time.Time // key -> end of its lock delay
+	sessions  map[string]*session
 
-	sessions map[string]*session
+	services     map[string]*consulapi.AgentService // by ID
+	checks       map[string]*consulCheck            // by check ID
+	nameIndex    map[string]uint64                  // service name -> its last change
+	serviceIndex uint64                             // the last write to the catalog
 
-	services     map[string]*consulService // by ID
-	checks       map[string]*consulCheck   // by check ID
-	nameIndex    map[string]uint64         // service name -> last change
-	serviceIndex uint64                    // last write to the catalog
-
-	config      map[string]map[string]*configEntry // kind -> name -> entry
+	config      map[string]map[string]*configEntry // kind -> name
 	configIndex uint64
 
-	wg sync.WaitGroup // check runners and session timers
+	wg sync.WaitGroup // check runners
 }
 
 func newConsul(opts Options) *Consul {
 	c := &Consul{
-		opts:      opts,
-		log:       opts.Logger.With("agent", "consul"),
-		quit:      make(chan struct{}),
-		index:     10, // a fresh dev agent has written a few entries already
-		kv:        map[string]*kvEntry{},
-		kvTomb:    map[string]uint64{},
-		lockDelay: map[string]time.Time{},
-		sessions:  map[string]*session{},
-		services:  map[string]*consulService{},
-		checks:    map[string]*consulCheck{},
-		nameIndex: map[string]uint64{},
-		config:    map[string]map[string]*configEntry{},
+		opts: opts, quit: make(chan struct{}),
+		index: 10, // a fresh dev agent has written a few entries already
+		kv:    map[string]*consulapi.KVPair{}, kvTomb: map[string]uint64{}, lockDelay: map[string]time.Time{},
+		sessions: map[string]*session{}, services: map[string]*consulapi.AgentService{}, checks: map[string]*consulCheck{},
+		nameIndex: map[string]uint64{}, config: map[string]map[string]*configEntry{},
 	}
-	c.srv = newServer("consul", c.handler(), "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission")
+	forbidden := "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission"
+	c.srv = newServer("Consul", forbidden, map[string]http.HandlerFunc{
+		"GET /v1/agent/self": c.agentSelf, "PUT /v1/agent/service/register": c.serviceRegister,
+		"PUT /v1/agent/service/deregister/{id}": c.serviceDeregister,
+		"GET /v1/agent/services":                c.agentServices, "GET /v1/agent/service/{id}": c.agentService,
+		"GET /v1/health/service/{name}": c.healthService, "GET /v1/health/checks/{service}": c.healthChecks,
+		"GET /v1/health/state/{state}": c.healthState, "GET /v1/catalog/service/{name}": c.catalogService,
+		"GET /v1/kv/{key...}": c.kvGet, "PUT /v1/kv/{key...}": c.kvPut, "DELETE /v1/kv/{key...}": c.kvDelete,
+		"PUT /v1/session/create": c.sessionCreate, "PUT /v1/session/renew/{id}": c.sessionRenew,
+		"PUT /v1/session/destroy/{id}": c.sessionDestroy, "GET /v1/session/list": c.sessionList,
+		"PUT /v1/config": c.configSet, "GET /v1/config/{kind}": c.configList,
+		"GET /v1/config/{kind}/{name}": c.configGet, "DELETE /v1/config/{kind}/{name}": c.configDelete,
+		"GET /v1/discovery-chain/{name}": c.discoveryChain,
+	})
 	return c
 }
 
-// Addr is the agent's address as CONSUL_HTTP_ADDR takes it
-// (http://127.0.0.1:port).
+// Addr is the agent's address as CONSUL_HTTP_ADDR takes it.
 func (c *Consul) Addr() string { return c.srv.url() }
 
-// ClientConfig is the API client's default configuration (so the
-// environment still applies) with the address of this agent.
+// ClientConfig is the API client's default configuration with the address
+// of this agent.
 func (c *Consul) ClientConfig() *consulapi.Config {
 	cfg := consulapi.DefaultConfig()
 	cfg.Address = c.Addr()
 	return cfg
 }
 
-// Down closes the agent's listener and every open connection: requests get
-// "connection refused" until Up. Checks keep running, as a real agent's do
-// when only its API is unreachable.
+// Down closes the agent's listener and every open connection until Up;
+// checks keep running.
 func (c *Consul) Down() { c.srv.down() }
 
 // Up serves again on the same address.
@@ -108,140 +100,58 @@ func (c *Consul) Up() error { return c.srv.up() }
 // it.
 func (c *Consul) SetFault(f Fault) { c.srv.setFault(f) }
 
-// nextIndex takes the next raft index (call with c.mu held; the caller
-// wakes blocking queries with changed.notify once it has unlocked).
+// nextIndex takes the next raft index (call with c.mu held; wake blocking
+// queries with changed.Notify once unlocked).
 func (c *Consul) nextIndex() uint64 {
 	c.index++
 	return c.index
 }
 
 func (c *Consul) close() {
-	close(c.quit) // blocking queries watch it, so none outlives the cluster
+	close(c.quit) // blocking queries watch it
 	c.srv.down()
 	c.mu.Lock()
-	c.closed = true // no check starts after this (a handler may still run)
+	c.closed = true // no check starts after this
 	for _, chk := range c.checks {
 		chk.stop()
 	}
-	for _, s := range c.sessions {
-		if s.timer != nil {
-			s.timer.Stop()
-		}
+	for id := range c.sessions {
+		c.destroySessionLocked(id)
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
 }
 
-// readHeaders are the headers Consul sends with a read at index.
+// readHeaders are the headers of a read at index; writeHeaders of a write.
 func readHeaders(index uint64) map[string]string {
-	return map[string]string{
-		"X-Consul-Index":                 strconv.FormatUint(max(index, 1), 10),
-		"X-Consul-Knownleader":           "true",
-		"X-Consul-Lastcontact":           "0",
-		"X-Consul-Effective-Consistency": "leader",
-		"X-Consul-Default-Acl-Policy":    "allow",
-		"X-Consul-Query-Backend":         "blocking-query",
-	}
+	return map[string]string{"X-Consul-Index": strconv.FormatUint(max(index, 1), 10), "X-Consul-Knownleader": "true",
+		"X-Consul-Lastcontact": "0", "X-Consul-Default-Acl-Policy": "allow"}
 }
 
 var writeHeaders = map[string]string{"X-Consul-Default-Acl-Policy": "allow"}
 
-func (c *Consul) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/agent/self", c.agentSelf)
-	mux.HandleFunc("GET /v1/status/leader", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, nil, "127.0.0.1:8300")
-	})
-	mux.HandleFunc("PUT /v1/agent/service/register", c.serviceRegister)
-	mux.HandleFunc("PUT /v1/agent/service/deregister/{id}", c.serviceDeregister)
-	mux.HandleFunc("GET /v1/agent/services", c.agentServices)
-	mux.HandleFunc("GET /v1/agent/service/{id}", c.agentService)
-	mux.HandleFunc("GET /v1/health/service/{name}", c.healthService)
-	mux.HandleFunc("GET /v1/health/checks/{service}", c.healthChecks)
-	mux.HandleFunc("GET /v1/health/state/{state}", c.healthState)
-	mux.HandleFunc("GET /v1/catalog/service/{name}", c.catalogService)
-	mux.HandleFunc("GET /v1/kv/{key...}", c.kvGet)
-	mux.HandleFunc("PUT /v1/kv/{key...}", c.kvPut)
-	mux.HandleFunc("DELETE /v1/kv/{key...}", c.kvDelete)
-	mux.HandleFunc("PUT /v1/session/create", c.sessionCreate)
-	mux.HandleFunc("PUT /v1/session/renew/{id}", c.sessionRenew)
-	mux.HandleFunc("PUT /v1/session/destroy/{id}", c.sessionDestroy)
-	mux.HandleFunc("GET /v1/session/list", c.sessionList)
-	mux.HandleFunc("PUT /v1/config", c.configSet)
-	mux.HandleFunc("GET /v1/config/{kind}", c.configList)
-	mux.HandleFunc("GET /v1/config/{kind}/{name}", c.configGet)
-	mux.HandleFunc("DELETE /v1/config/{kind}/{name}", c.configDelete)
-	mux.HandleFunc("GET /v1/discovery-chain/{name}", c.discoveryChain)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeText(w, nil, http.StatusNotFound, fmt.Sprintf("fake cluster: Consul endpoint %s %s is not implemented by the fake", r.Method, r.URL.Path))
-	})
-	return mux
+// badRequest answers a request Consul cannot decode.
+func badRequest(w http.ResponseWriter, err error) {
+	writeText(w, writeHeaders, http.StatusBadRequest, "Request decode failed: "+err.Error())
 }
 
 func (c *Consul) agentSelf(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, nil, map[string]any{
-		"Config": map[string]any{
-			"Datacenter": consulDC, "NodeName": consulNodeName, "NodeID": consulNodeID,
-			"Server": true, "Version": ConsulVersion, "Revision": "", "PrimaryDatacenter": consulDC,
-		},
-		"Member": map[string]any{
-			"Name": consulNodeName, "Addr": "127.0.0.1", "Port": 8301, "Status": 1,
-			"Tags": map[string]string{"dc": consulDC, "role": "consul", "build": ConsulVersion},
-		},
-		"Meta": map[string]string{"consul-network-segment": "", "consul-version": ConsulVersion},
+		"Config": map[string]any{"Datacenter": consulDC, "NodeName": consulNodeName, "NodeID": consulNodeID,
+			"Server": true, "Version": consulVersion, "Revision": "", "PrimaryDatacenter": consulDC},
+		"Member": map[string]any{"Name": consulNodeName, "Addr": "127.0.0.1", "Port": 8301, "Status": 1,
+			"Tags": map[string]string{"dc": consulDC, "role": "consul", "build": consulVersion}},
+		"Meta": map[string]string{"consul-network-segment": "", "consul-version": consulVersion},
 	})
-}
-
-// readBody reads a request body, bounded.
-func readBody(r *http.Request) ([]byte, error) {
-	return io.ReadAll(io.LimitReader(r.Body, 32<<20))
-}
-
-// readJSON reads a JSON request body into v.
-func readJSON(r *http.Request, v any) error {
-	b, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
-}
-
-// decodeJSON reads a JSON request body into v; on failure it answers 400
-// the way Consul does and reports false.
-func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	if err := readJSON(r, v); err != nil {
-		writeText(w, writeHeaders, http.StatusBadRequest, "Request decode failed: "+err.Error())
-		return false
-	}
-	return true
 }
 
 // ---- KV ----
 
-// kvEntry is a key as Consul stores it and, field for field, as it answers
-// it. A write replaces Value rather than changing it in place, so a copy
-// taken under the lock may share it.
-type kvEntry struct {
-	LockIndex   uint64
-	Key         string
-	Flags       uint64
-	Value       []byte
-	Session     string `json:",omitempty"`
-	CreateIndex uint64
-	ModifyIndex uint64
-}
-
-// kvQueryIndex is the index of a key (or prefix): the newest change to a
-// matching key, deletions included, else the KV table's (call with c.mu
-// held).
-func (c *Consul) kvQueryIndex(key string, prefix bool) uint64 {
+// kvIndexLocked is the index of a key or prefix: the newest change to a
+// matching key, deletions included, else the KV table's.
+func (c *Consul) kvIndexLocked(key string, prefix bool) uint64 {
 	var idx uint64
-	match := func(k string) bool {
-		if prefix {
-			return strings.HasPrefix(k, key)
-		}
-		return k == key
-	}
+	match := func(k string) bool { return k == key || prefix && strings.HasPrefix(k, key) }
 	for k, e := range c.kv {
 		if match(k) {
 			idx = max(idx, e.ModifyIndex)
@@ -252,211 +162,114 @@ func (c *Consul) kvQueryIndex(key string, prefix bool) uint64 {
 			idx = max(idx, t)
 		}
 	}
-	if idx == 0 {
-		idx = c.kvIndex
-	}
-	return idx
+	return cmp.Or(idx, c.kvIndex)
 }
 
+// kvGet answers a key, the keys under a prefix (recurse), or their names
+// (keys, cut after the first separator past the prefix). None is a 404
+// with an empty body and the index to block on.
 func (c *Consul) kvGet(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	_, recurse := r.URL.Query()["recurse"]
-	if _, keys := r.URL.Query()["keys"]; keys {
-		c.kvKeys(w, r, key, r.URL.Query().Get("separator"))
-		return
-	}
-	pairs, idx := block(r, &c.changed, c.quit, func() ([]kvEntry, uint64) {
+	key, q := r.PathValue("key"), r.URL.Query()
+	recurse, keysOnly, sep := q.Has("recurse"), q.Has("keys"), q.Get("separator")
+	out, idx := block(r, &c.changed, c.quit, func() ([]any, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		var out []kvEntry
-		for k, e := range c.kv {
-			if (recurse && strings.HasPrefix(k, key)) || k == key {
-				out = append(out, *e)
-			}
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-		return out, c.kvQueryIndex(key, recurse)
-	})
-	if len(pairs) == 0 {
-		kvNotFound(w, idx)
-		return
-	}
-	writeJSON(w, readHeaders(idx), pairs)
-}
-
-// kvNotFound is Consul's answer when no key matches: 404 with an empty
-// body, and the index to block on.
-func kvNotFound(w http.ResponseWriter, idx uint64) {
-	for k, v := range readHeaders(idx) {
-		w.Header().Set(k, v)
-	}
-	w.WriteHeader(http.StatusNotFound)
-}
-
-// kvKeys answers ?keys: the keys under prefix, sorted; with a separator,
-// a key is cut after the first separator that follows the prefix, and
-// duplicates are folded, as `consul kv get -keys` shows "folders".
-func (c *Consul) kvKeys(w http.ResponseWriter, r *http.Request, prefix, sep string) {
-	keys, idx := block(r, &c.changed, c.quit, func() ([]string, uint64) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		seen := map[string]bool{}
-		var out []string
-		for k := range c.kv {
-			if !strings.HasPrefix(k, prefix) {
-				continue
-			}
-			if sep != "" {
-				if i := strings.Index(k[len(prefix):], sep); i >= 0 {
-					k = k[:len(prefix)+i+len(sep)]
+		var out []any
+		for _, k := range slices.Sorted(maps.Keys(c.kv)) {
+			switch {
+			case keysOnly && strings.HasPrefix(k, key):
+				if i := strings.Index(k[len(key):], sep); sep != "" && i >= 0 {
+					k = k[:len(key)+i+len(sep)]
 				}
-			}
-			if !seen[k] {
-				seen[k] = true
-				out = append(out, k)
+				if len(out) == 0 || out[len(out)-1] != k {
+					out = append(out, k)
+				}
+			case !keysOnly && (k == key || recurse && strings.HasPrefix(k, key)):
+				e := *c.kv[k]
+				out = append(out, e)
 			}
 		}
-		sort.Strings(out)
-		return out, c.kvQueryIndex(prefix, true)
+		return out, c.kvIndexLocked(key, recurse || keysOnly)
 	})
-	if len(keys) == 0 {
-		kvNotFound(w, idx)
+	if len(out) == 0 {
+		setHeaders(w, readHeaders(idx))
+		w.WriteHeader(http.StatusNotFound)
 		return
 	}
-	writeJSON(w, readHeaders(idx), keys)
+	writeJSON(w, readHeaders(idx), out)
 }
 
+// kvPut writes a key: with cas only at that ModifyIndex (0: only if
+// absent), with acquire only if no other session holds it and its lock
+// delay has passed, with release only by its holder. It answers true or
+// false.
 func (c *Consul) kvPut(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	q := r.URL.Query()
+	key, q := r.PathValue("key"), r.URL.Query()
 	body, err := readBody(r)
 	if err != nil {
-		writeText(w, writeHeaders, http.StatusBadRequest, err.Error())
+		badRequest(w, err)
 		return
-	}
-	var flags uint64
-	if v := q.Get("flags"); v != "" {
-		if flags, err = strconv.ParseUint(v, 10, 64); err != nil {
-			writeText(w, writeHeaders, http.StatusBadRequest, "Invalid flags: "+err.Error())
-			return
-		}
-	}
-	var cas *uint64
-	if v := q.Get("cas"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeText(w, writeHeaders, http.StatusBadRequest, "Invalid cas index: "+err.Error())
-			return
-		}
-		cas = &n
 	}
 	acquire, release := q.Get("acquire"), q.Get("release")
-	if acquire != "" && release != "" {
-		writeText(w, writeHeaders, http.StatusBadRequest, "Conflicting flags: acquire="+acquire+"&release="+release)
-		return
-	}
-
 	c.mu.Lock()
 	defer c.changed.Notify()
 	defer c.mu.Unlock()
 	cur := c.kv[key]
-	now := time.Now()
+	ok := casMatches(cur, q)
 	switch {
 	case acquire != "":
-		if _, ok := c.sessions[acquire]; !ok {
+		if c.sessions[acquire] == nil {
 			writeText(w, writeHeaders, http.StatusInternalServerError, fmt.Sprintf("invalid session %q", acquire))
 			return
 		}
-		if until, ok := c.lockDelay[key]; ok && now.Before(until) {
-			writeJSON(w, writeHeaders, false)
-			return
+		ok = ok && time.Now().After(c.lockDelay[key]) && (cur == nil || cur.Session == "" || cur.Session == acquire)
+	case release != "":
+		ok = ok && cur != nil && cur.Session == release
+	}
+	if ok {
+		idx, e := c.nextIndex(), cur
+		if e == nil {
+			e = &consulapi.KVPair{Key: key, CreateIndex: idx}
+			c.kv[key] = e
 		}
-		if cur != nil && cur.Session != "" && cur.Session != acquire {
-			writeJSON(w, writeHeaders, false)
-			return
-		}
-		if cas != nil && !casMatches(cur, *cas) {
-			writeJSON(w, writeHeaders, false)
-			return
-		}
-		idx := c.nextIndex()
-		e := c.putLocked(key, body, flags, idx)
-		if e.Session != acquire {
+		e.Value, e.ModifyIndex, c.kvIndex = body, idx, idx
+		delete(c.kvTomb, key)
+		if acquire != "" && e.Session != acquire {
 			e.LockIndex++
 			e.Session = acquire
+		} else if release != "" {
+			e.Session = ""
 		}
-		writeJSON(w, writeHeaders, true)
-	case release != "":
-		if cur == nil || cur.Session != release {
-			writeJSON(w, writeHeaders, false)
-			return
-		}
-		idx := c.nextIndex()
-		e := c.putLocked(key, body, flags, idx)
-		e.Session = ""
-		writeJSON(w, writeHeaders, true)
-	default:
-		if cas != nil && !casMatches(cur, *cas) {
-			writeJSON(w, writeHeaders, false)
-			return
-		}
-		idx := c.nextIndex()
-		c.putLocked(key, body, flags, idx)
-		writeJSON(w, writeHeaders, true)
 	}
+	writeJSON(w, writeHeaders, ok)
 }
 
-// casMatches is Consul's check-and-set rule: 0 means "only if absent",
-// anything else "only if the key's ModifyIndex is this".
-func casMatches(cur *kvEntry, cas uint64) bool {
-	if cas == 0 {
-		return cur == nil
+// casMatches is Consul's check-and-set rule for a cas parameter: none
+// matches anything, 0 only an absent key, else the key's ModifyIndex.
+func casMatches(cur *consulapi.KVPair, q map[string][]string) bool {
+	v := ""
+	if vs := q["cas"]; len(vs) > 0 {
+		v = vs[0]
 	}
-	return cur != nil && cur.ModifyIndex == cas
-}
-
-// putLocked writes a key's value keeping its lock fields (call with c.mu
-// held).
-func (c *Consul) putLocked(key string, value []byte, flags, idx uint64) *kvEntry {
-	e := c.kv[key]
-	if e == nil {
-		e = &kvEntry{Key: key, CreateIndex: idx}
-		c.kv[key] = e
+	if v == "" {
+		return true
 	}
-	e.Value = append([]byte(nil), value...)
-	e.Flags = flags
-	e.ModifyIndex = idx
-	delete(c.kvTomb, key)
-	c.kvIndex = idx
-	return e
+	n, err := strconv.ParseUint(v, 10, 64)
+	return err == nil && (n == 0 && cur == nil || cur != nil && cur.ModifyIndex == n)
 }
 
 func (c *Consul) kvDelete(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	q := r.URL.Query()
-	_, recurse := q["recurse"]
+	key, q := r.PathValue("key"), r.URL.Query()
 	c.mu.Lock()
 	defer c.changed.Notify()
 	defer c.mu.Unlock()
-	if v := q.Get("cas"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeText(w, writeHeaders, http.StatusBadRequest, "Invalid cas index: "+err.Error())
-			return
-		}
-		cur := c.kv[key]
-		if cur == nil {
-			writeJSON(w, writeHeaders, true)
-			return
-		}
-		if cur.ModifyIndex != n {
-			writeJSON(w, writeHeaders, false)
-			return
-		}
+	if cur := c.kv[key]; q.Has("cas") && cur != nil && !casMatches(cur, q) {
+		writeJSON(w, writeHeaders, false)
+		return
 	}
 	idx := c.nextIndex()
 	for k := range c.kv {
-		if k == key || (recurse && strings.HasPrefix(k, key)) {
+		if k == key || q.Has("recurse") && strings.HasPrefix(k, key) {
 			delete(c.kv, k)
 			c.kvTomb[k] = idx
 		}
@@ -467,240 +280,100 @@ func (c *Consul) kvDelete(w http.ResponseWriter, r *http.Request) {
 
 // ---- sessions ----
 
-// Consul invalidates a session whose TTL passed without renewal only after
-// twice the TTL (its SessionTTLMultiplier).
-const sessionTTLMultiplier = 2
-
-// maxLockDelay is the longest lock delay Consul applies
-// (structs.MaxLockDelay); a longer one is cut to it.
-const maxLockDelay = 60 * time.Second
-
 type session struct {
-	ID        string
-	Name      string
-	Behavior  string
-	TTL       time.Duration
-	LockDelay time.Duration
-	// NodeChecks and ServiceChecks are the checks the session is bound to:
-	// Consul invalidates it when one turns critical or is removed.
-	NodeChecks    []string
-	ServiceChecks []string
-	CreateIndex   uint64
-	ModifyIndex   uint64
-	timer         *time.Timer
+	consulapi.SessionEntry
+	ModifyIndex uint64
+	ttl         time.Duration
+	timer       *time.Timer
 }
 
 // checkIDs is every check the session is bound to.
 func (s *session) checkIDs() []string {
-	return append(slices.Clone(s.NodeChecks), s.ServiceChecks...)
+	ids := slices.Clone(s.NodeChecks)
+	for _, sc := range s.ServiceChecks {
+		ids = append(ids, sc.ID)
+	}
+	return ids
 }
 
-func (s *session) wire() map[string]any {
-	ttl := ""
-	if s.TTL > 0 {
-		ttl = s.TTL.String()
-	}
-	return map[string]any{
-		"ID": s.ID, "Name": s.Name, "Node": consulNodeName, "LockDelay": int64(s.LockDelay),
-		"Behavior": s.Behavior, "TTL": ttl, "Checks": []string{}, "NodeChecks": nonNil(s.NodeChecks), "ServiceChecks": s.serviceChecksWire(),
-		"CreateIndex": s.CreateIndex, "ModifyIndex": s.ModifyIndex,
-	}
-}
+// serfCheckID is the node's own check, a session's default.
+const serfCheckID = "serfHealth"
 
-func (s *session) serviceChecksWire() []map[string]string {
-	if len(s.ServiceChecks) == 0 {
-		return nil
-	}
-	out := make([]map[string]string, 0, len(s.ServiceChecks))
-	for _, id := range s.ServiceChecks {
-		out = append(out, map[string]string{"ID": id, "Namespace": ""})
-	}
-	return out
-}
-
-// parseConsulDuration reads a duration Consul accepts: "15s", "1000ms", or
-// a number of nanoseconds.
-func parseConsulDuration(v any) (time.Duration, error) {
-	switch x := v.(type) {
-	case nil:
-		return 0, nil
-	case string:
-		if x == "" {
-			return 0, nil
-		}
-		return time.ParseDuration(x)
-	case float64:
-		return time.Duration(x), nil
-	}
-	return 0, fmt.Errorf("not a duration: %v", v)
-}
-
+// sessionCreate creates a session (behavior release; lock delay 15s, at
+// most 60s; a TTL; bound to the node's serfHealth unless
+// NodeChecks says otherwise, and to ServiceChecks), refused when a check
+// it is bound to is critical or unknown (validateSessionChecksTxn).
 func (c *Consul) sessionCreate(w http.ResponseWriter, r *http.Request) {
-	var body map[string]any
-	b, err := readBody(r)
-	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		err = json.Unmarshal(b, &body)
+	var req struct {
+		consulapi.SessionEntry
+		LockDelay string
 	}
-	if err != nil {
-		writeText(w, writeHeaders, http.StatusBadRequest, "Request decode failed: "+err.Error())
+	err := readJSON(r, &req)
+	s := &session{SessionEntry: req.SessionEntry}
+	s.ID, s.Node = newUUID(), consulNodeName
+	lockDelay, err1 := time.ParseDuration(cmp.Or(req.LockDelay, "15s"))
+	ttl, err2 := time.ParseDuration(cmp.Or(s.TTL, "0s"))
+	if err = errors.Join(err, err1, err2); err != nil {
+		badRequest(w, err)
 		return
 	}
-	s := &session{ID: newUUID(), Behavior: "release", LockDelay: 15 * time.Second}
-	if v, ok := body["Name"].(string); ok {
-		s.Name = v
-	}
-	if v, ok := body["Behavior"].(string); ok && v != "" {
-		if v != "release" && v != "delete" {
-			writeText(w, writeHeaders, http.StatusBadRequest, fmt.Sprintf("Invalid Behavior setting '%s'", v))
-			return
-		}
-		s.Behavior = v
-	}
-	if v, ok := body["LockDelay"]; ok {
-		d, err := parseConsulDuration(v)
-		if err != nil {
-			writeText(w, writeHeaders, http.StatusBadRequest, "Request decode failed: LockDelay: "+err.Error())
-			return
-		}
-		s.LockDelay = min(d, maxLockDelay)
-	}
-	if err := s.parseChecks(body); err != nil {
-		writeText(w, writeHeaders, http.StatusBadRequest, "Request decode failed: "+err.Error())
+	s.LockDelay, s.ttl = min(lockDelay, 60*time.Second), ttl
+	if s.Behavior = cmp.Or(s.Behavior, consulapi.SessionBehaviorRelease); s.Behavior != consulapi.SessionBehaviorRelease {
+		writeText(w, writeHeaders, http.StatusBadRequest, "fake cluster: only sessions with behavior release are supported")
 		return
 	}
-	if v, ok := body["TTL"]; ok {
-		d, err := parseConsulDuration(v)
-		if err != nil {
-			writeText(w, writeHeaders, http.StatusBadRequest, fmt.Sprintf("Request decode failed: TTL: %v", err))
-			return
-		}
-		if d != 0 && (d < 10*time.Second || d > 24*time.Hour) {
-			writeText(w, writeHeaders, http.StatusBadRequest, fmt.Sprintf("Invalid Session TTL '%s', must be between [10s=24h0m0s]", d))
-			return
-		}
-		s.TTL = d
+	if s.NodeChecks == nil {
+		s.NodeChecks = []string{serfCheckID}
 	}
 	c.mu.Lock()
-	// Consul validates the checks against its catalog in the same write
-	// that creates the session (validateSessionChecksTxn).
+	defer c.changed.Notify()
+	defer c.mu.Unlock()
 	for _, id := range s.checkIDs() {
-		if id == serfCheckID {
-			continue // the node is alive: the fake has one node, always up
-		}
 		chk, ok := c.checks[id]
 		switch {
+		case id == serfCheckID: // the one node is always alive
 		case !ok:
-			c.mu.Unlock()
 			writeText(w, writeHeaders, http.StatusInternalServerError, fmt.Sprintf("apply failed: Missing check '%s' registration", id))
 			return
 		case chk.Status == consulapi.HealthCritical:
-			c.mu.Unlock()
 			writeText(w, writeHeaders, http.StatusInternalServerError, fmt.Sprintf("apply failed: Check '%s' is in critical state", id))
 			return
 		}
 	}
-	idx := c.nextIndex()
-	s.CreateIndex, s.ModifyIndex = idx, idx
+	s.CreateIndex = c.nextIndex()
+	s.ModifyIndex = s.CreateIndex
 	c.sessions[s.ID] = s
-	c.armSessionLocked(s)
-	c.mu.Unlock()
-	c.changed.Notify()
+	if s.ttl > 0 { // Consul invalidates a session not renewed for twice its TTL
+		s.timer = time.AfterFunc(2*s.ttl, func() {
+			c.mu.Lock()
+			if c.sessions[s.ID] == s {
+				c.destroySessionLocked(s.ID)
+			}
+			c.mu.Unlock()
+			c.changed.Notify()
+		})
+	}
 	writeJSON(w, writeHeaders, map[string]string{"ID": s.ID})
 }
 
-// serfCheckID is the node's own check, every session's default.
-const serfCheckID = "serfHealth"
-
-// parseChecks reads the checks of a session create as Consul's HTTP
-// handler does: NodeChecks (and the older Checks) default to the node's
-// serfHealth, and a body that names either replaces the default
-// (fixupEmptySessionChecks); ServiceChecks come on top.
-func (s *session) parseChecks(body map[string]any) error {
-	ids := func(name string) ([]string, bool, error) {
-		v, ok := body[name]
-		if !ok || v == nil {
-			return nil, false, nil
-		}
-		list, isList := v.([]any)
-		if !isList {
-			return nil, true, fmt.Errorf("%s: not a list", name)
-		}
-		out := []string{}
-		for _, e := range list {
-			switch x := e.(type) {
-			case string:
-				out = append(out, x)
-			case map[string]any: // ServiceChecks: {"ID": ..., "Namespace": ...}
-				id, _ := x["ID"].(string)
-				out = append(out, id)
-			default:
-				return nil, true, fmt.Errorf("%s: unexpected entry %v", name, e)
-			}
-		}
-		return out, true, nil
-	}
-	checks, hasChecks, err := ids("Checks")
-	if err != nil {
-		return err
-	}
-	nodeChecks, hasNode, err := ids("NodeChecks")
-	if err != nil {
-		return err
-	}
-	serviceChecks, _, err := ids("ServiceChecks")
-	if err != nil {
-		return err
-	}
-	switch {
-	case hasNode:
-		s.NodeChecks = nodeChecks
-	case hasChecks:
-		// The deprecated field: its entries count as node checks here
-		// (the fake has nothing else to tell them apart by).
-		s.NodeChecks = checks
-	default:
-		s.NodeChecks = []string{serfCheckID}
-	}
-	s.ServiceChecks = serviceChecks
-	return nil
+func (s *session) wire() map[string]any {
+	return map[string]any{"ID": s.ID, "Name": s.Name, "Node": s.Node, "LockDelay": s.LockDelay, "Behavior": s.Behavior,
+		"TTL": s.TTL, "Checks": []string{}, "NodeChecks": s.NodeChecks, "ServiceChecks": s.ServiceChecks,
+		"CreateIndex": s.CreateIndex, "ModifyIndex": s.ModifyIndex}
 }
 
 // invalidateSessionsOfLocked ends every session bound to a check that
-// turned critical or went away, as Consul does in the write that changes
-// the check (call with c.mu held).
+// turned critical or went away, in the write that changes the check.
 func (c *Consul) invalidateSessionsOfLocked(checkID string) {
 	for id, s := range c.sessions {
 		if slices.Contains(s.checkIDs(), checkID) {
-			c.log.Debug("session invalidated by its check", "session", id, "check", checkID)
 			c.destroySessionLocked(id)
 		}
 	}
 }
 
-// armSessionLocked (re)starts a session's TTL timer (call with c.mu held).
-func (c *Consul) armSessionLocked(s *session) {
-	if s.TTL == 0 {
-		return
-	}
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	id := s.ID
-	s.timer = time.AfterFunc(sessionTTLMultiplier*s.TTL, func() {
-		c.mu.Lock()
-		cur, ok := c.sessions[id]
-		if ok && cur == s {
-			c.log.Debug("session expired", "session", id, "name", s.Name)
-			c.destroySessionLocked(id)
-		}
-		c.mu.Unlock()
-		c.changed.Notify()
-	})
-}
-
-// destroySessionLocked invalidates a session: the keys it holds are
-// released (or deleted, for behavior delete) and enter its lock delay
-// (call with c.mu held).
+// destroySessionLocked ends a session: the keys it holds are released and
+// enter its lock delay.
 func (c *Consul) destroySessionLocked(id string) {
 	s, ok := c.sessions[id]
 	if !ok {
@@ -712,78 +385,61 @@ func (c *Consul) destroySessionLocked(id string) {
 	delete(c.sessions, id)
 	idx := c.nextIndex()
 	for k, e := range c.kv {
-		if e.Session != id {
-			continue
-		}
-		if s.Behavior == "delete" {
-			delete(c.kv, k)
-			c.kvTomb[k] = idx
-		} else {
-			e.Session = ""
-			e.ModifyIndex = idx
-		}
-		c.kvIndex = idx
-		if s.LockDelay > 0 {
+		if e.Session == id {
+			e.Session, e.ModifyIndex, c.kvIndex = "", idx, idx
 			c.lockDelay[k] = time.Now().Add(s.LockDelay)
 		}
 	}
 }
 
 func (c *Consul) sessionRenew(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
 	c.mu.Lock()
-	s, ok := c.sessions[id]
-	if ok {
-		c.armSessionLocked(s)
-	}
+	s, ok := c.sessions[r.PathValue("id")]
 	var out []map[string]any
 	if ok {
+		if s.timer != nil {
+			s.timer.Reset(2 * s.ttl)
+		}
 		out = append(out, s.wire())
 	}
 	c.mu.Unlock()
 	if !ok {
-		writeText(w, writeHeaders, http.StatusNotFound, fmt.Sprintf("Session id '%s' not found", id))
+		writeText(w, writeHeaders, http.StatusNotFound, fmt.Sprintf("Session id '%s' not found", r.PathValue("id")))
 		return
 	}
 	writeJSON(w, writeHeaders, out)
 }
 
 func (c *Consul) sessionDestroy(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
 	c.mu.Lock()
-	c.destroySessionLocked(id)
+	c.destroySessionLocked(r.PathValue("id"))
 	c.mu.Unlock()
 	c.changed.Notify()
 	writeJSON(w, writeHeaders, true)
 }
 
-// sessionList answers every live session, oldest first, as Consul does.
+// sessionList answers every live session, oldest first.
 func (c *Consul) sessionList(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
-	all := make([]*session, 0, len(c.sessions))
+	out := []map[string]any{}
 	for _, s := range c.sessions {
-		all = append(all, s)
-	}
-	slices.SortFunc(all, func(a, b *session) int { return cmp.Compare(a.CreateIndex, b.CreateIndex) })
-	out := make([]map[string]any, 0, len(all))
-	for _, s := range all {
 		out = append(out, s.wire())
 	}
 	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b map[string]any) int {
+		return cmp.Compare(a["CreateIndex"].(uint64), b["CreateIndex"].(uint64))
+	})
 	writeJSON(w, writeHeaders, out)
 }
 
-// ---- test inspection ----
-
-// KV returns a key's value and whether it exists, as Consul holds it now.
+// KV returns a key's value and whether it exists.
 func (c *Consul) KV(key string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.kv[key]
-	if !ok {
-		return nil, false
+	if e, ok := c.kv[key]; ok {
+		return slices.Clone(e.Value), true
 	}
-	return append([]byte(nil), e.Value...), true
+	return nil, false
 }
 
 // KVHolder returns the session holding a key's lock ("" when none).
@@ -801,11 +457,10 @@ func (c *Consul) KVKeys(prefix string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for k := range c.kv {
+	for _, k := range slices.Sorted(maps.Keys(c.kv)) {
 		if strings.HasPrefix(k, prefix) {
 			out = append(out, k)
 		}
 	}
-	sort.Strings(out)
 	return out
 }

@@ -3,14 +3,13 @@ package fakecluster
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -19,39 +18,16 @@ import (
 	"github.com/hashicorp/go-bexpr"
 )
 
-type consulService struct {
-	ID          string
-	Name        string
-	Tags        []string
-	Address     string
-	Port        int
-	Meta        map[string]string
-	CreateIndex uint64
-	ModifyIndex uint64
-}
-
+// consulCheck is a registered check: what Consul answers for it and how it
+// runs (an HTTP check, or an alias of another service's health; a TTL check
+// keeps its status).
 type consulCheck struct {
-	CheckID     string
-	Name        string
-	Status      string
-	Output      string
-	Notes       string
-	ServiceID   string
-	ServiceName string
-	Type        string // http, tcp, ttl, or what else was declared
-	Interval    time.Duration
-	Timeout     time.Duration
-	CreateIndex uint64
-	ModifyIndex uint64
-
-	http            string
-	method          string
-	header          map[string][]string
-	tcp             string
-	alias           string // AliasService: the service whose health it mirrors
-	deregisterAfter time.Duration
-	criticalSince   time.Time
-	cancel          context.CancelFunc
+	consulapi.HealthCheck
+	interval, timeout time.Duration
+	http, method      string
+	header            map[string][]string
+	alias             string
+	cancel            context.CancelFunc
 }
 
 func (chk *consulCheck) stop() {
@@ -59,6 +35,26 @@ func (chk *consulCheck) stop() {
 		chk.cancel()
 	}
 }
+
+// checkWire is a check as the health endpoints write it.
+type checkWire struct {
+	consulapi.HealthCheck
+	Interval, Timeout string
+}
+
+func (chk *consulCheck) wire() checkWire {
+	dur := func(d time.Duration) string {
+		if d == 0 {
+			return ""
+		}
+		return d.String()
+	}
+	return checkWire{HealthCheck: chk.HealthCheck, Interval: dur(chk.interval), Timeout: dur(chk.timeout)}
+}
+
+// serfCheck is the node's own check, always passing.
+var serfCheck = checkWire{HealthCheck: consulapi.HealthCheck{Node: consulNodeName, CheckID: serfCheckID, Name: "Serf Health Status",
+	Status: consulapi.HealthPassing, Output: "Agent alive and reachable", ServiceTags: []string{}, CreateIndex: 11, ModifyIndex: 11}}
 
 // ServiceInstance is one registered service instance with its health, as
 // tests inspect it.
@@ -69,8 +65,7 @@ type ServiceInstance struct {
 	Address string
 	Port    int
 	Meta    map[string]string
-	// Status is the aggregate of the instance's checks: passing, warning
-	// or critical (passing when it has none).
+	// Status is the worst of its checks' (passing when it has none).
 	Status string
 }
 
@@ -80,90 +75,86 @@ func (c *Consul) Services(name string) []ServiceInstance {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []ServiceInstance
-	for _, s := range c.services {
-		if name != "" && s.Name != name {
-			continue
-		}
-		out = append(out, ServiceInstance{ID: s.ID, Name: s.Name, Tags: slices.Clone(s.Tags), Address: s.Address,
-			Port: s.Port, Meta: maps.Clone(s.Meta), Status: c.aggregateLocked(s.ID)})
+	for _, s := range c.servicesLocked(name, nil) {
+		out = append(out, ServiceInstance{ID: s.ID, Name: s.Service, Tags: slices.Clone(s.Tags), Address: s.Address,
+			Port: s.Port, Meta: maps.Clone(s.Meta), Status: c.aggregateLocked(s.ID, "")})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 
-func (c *Consul) aggregateLocked(serviceID string) string {
-	return c.aggregateOfLocked(serviceID, "")
+// servicesLocked lists the instances of a service name ("" for all) that
+// carry every tag, sorted by ID.
+func (c *Consul) servicesLocked(name string, tags []string) []*consulapi.AgentService {
+	var out []*consulapi.AgentService
+	for _, s := range c.services {
+		if (name == "" || s.Service == name) && !slices.ContainsFunc(tags, func(t string) bool { return !slices.Contains(s.Tags, t) }) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *consulapi.AgentService) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }
 
-// aggregateOfLocked is the worst status of a service's checks, leaving out
+// checksOfLocked lists a service instance's checks (all checks when id is
+// ""), sorted by ID.
+func (c *Consul) checksOfLocked(id string) []checkWire {
+	var out []checkWire
+	for _, chk := range c.checks {
+		if id == "" || chk.ServiceID == id {
+			out = append(out, chk.wire())
+		}
+	}
+	slices.SortFunc(out, func(a, b checkWire) int { return cmp.Compare(a.CheckID, b.CheckID) })
+	return out
+}
+
+// aggregateLocked is the worst status of a service's checks, leaving out
 // the check skip (an alias check does not mirror itself).
-func (c *Consul) aggregateOfLocked(serviceID, skip string) string {
+func (c *Consul) aggregateLocked(serviceID, skip string) string {
 	status := consulapi.HealthPassing
 	for _, chk := range c.checks {
-		if chk.ServiceID != serviceID || chk.CheckID == skip {
-			continue
-		}
-		switch chk.Status {
-		case consulapi.HealthCritical:
-			return consulapi.HealthCritical
-		case consulapi.HealthWarning:
-			status = consulapi.HealthWarning
+		if chk.ServiceID == serviceID && chk.CheckID != skip {
+			switch chk.Status {
+			case consulapi.HealthCritical:
+				return consulapi.HealthCritical
+			case consulapi.HealthWarning:
+				status = consulapi.HealthWarning
+			}
 		}
 	}
 	return status
 }
 
-// httpError is an error with the HTTP status Consul answers it with.
-type httpError struct {
-	status int
-	msg    string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
-func badRequest(format string, a ...any) error {
-	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, a...)}
-}
-
 func (c *Consul) serviceRegister(w http.ResponseWriter, r *http.Request) {
 	var reg consulapi.AgentServiceRegistration
-	if !decodeJSON(w, r, &reg) {
+	if err := readJSON(r, &reg); err != nil {
+		badRequest(w, err)
 		return
 	}
-	replace := r.URL.Query().Get("replace-existing-checks") == "true"
-	if err := c.Register(&reg, replace); err != nil {
-		status := http.StatusInternalServerError
-		if he, ok := err.(*httpError); ok {
-			status = he.status
-		}
-		writeText(w, writeHeaders, status, err.Error())
+	if err := c.Register(&reg, r.URL.Query().Get("replace-existing-checks") == "true"); err != nil {
+		writeText(w, writeHeaders, http.StatusBadRequest, err.Error())
 		return
 	}
-	for k, v := range writeHeaders {
-		w.Header().Set(k, v)
-	}
-	w.WriteHeader(http.StatusOK)
+	setHeaders(w, writeHeaders)
 }
 
 // Register adds or replaces a service instance and its checks, as
-// PUT /v1/agent/service/register does. The fake Nomad registers its
-// allocations' services through it. A check that already exists keeps its
-// status (Consul does not reset a check that is re-registered unchanged);
-// a new one starts as its Status says, else critical. With replaceChecks,
+// PUT /v1/agent/service/register does; the fake Nomad registers its
+// allocations' services through it. A check that exists keeps its status;
+// a new one starts as its Status says, else critical. With replaceChecks
 // the service's checks not in reg are removed.
 func (c *Consul) Register(reg *consulapi.AgentServiceRegistration, replaceChecks bool) error {
 	if reg == nil || reg.Name == "" {
-		return badRequest("Missing service name")
+		return fmt.Errorf("Missing service name")
 	}
 	id := cmp.Or(reg.ID, reg.Name)
-	var defs consulapi.AgentServiceChecks
+	defs := reg.Checks
 	if reg.Check != nil {
-		defs = append(defs, reg.Check)
+		defs = append(consulapi.AgentServiceChecks{reg.Check}, defs...)
 	}
-	defs = append(defs, reg.Checks...)
 	var checks []*consulCheck
 	for i, d := range defs {
-		chk, err := c.checkFromDefinition(id, reg.Name, d, i, len(defs))
+		chk, err := checkFromDefinition(id, reg, d, i, len(defs))
 		if err != nil {
 			return err
 		}
@@ -171,54 +162,81 @@ func (c *Consul) Register(reg *consulapi.AgentServiceRegistration, replaceChecks
 	}
 
 	c.mu.Lock()
+	defer c.changed.Notify()
+	defer c.mu.Unlock()
 	idx := c.nextIndex()
 	s := c.services[id]
 	if s == nil {
-		s = &consulService{ID: id, CreateIndex: idx}
+		s = &consulapi.AgentService{ID: id, CreateIndex: idx}
 		c.services[id] = s
-	} else if s.Name != reg.Name {
-		c.nameIndex[s.Name] = idx
 	}
-	s.Name, s.Tags, s.Address, s.Port = reg.Name, slices.Clone(reg.Tags), reg.Address, reg.Port
-	s.Meta = maps.Clone(reg.Meta)
-	s.ModifyIndex = idx
+	addr := cmp.Or(reg.Address, "127.0.0.1")
+	tagged := consulapi.ServiceAddress{Address: addr, Port: reg.Port}
+	s.Service, s.Tags, s.Address, s.Port, s.Meta = reg.Name, slices.Clone(reg.Tags), reg.Address, reg.Port, maps.Clone(reg.Meta)
+	s.TaggedAddresses = map[string]consulapi.ServiceAddress{"lan_ipv4": tagged, "wan_ipv4": tagged}
+	s.Weights, s.Datacenter, s.ModifyIndex = consulapi.AgentWeights{Passing: 1, Warning: 1}, consulDC, idx
 	keep := map[string]bool{}
 	for _, chk := range checks {
 		keep[chk.CheckID] = true
-		chk.ServiceName = reg.Name
 		chk.CreateIndex, chk.ModifyIndex = idx, idx
 		if old, ok := c.checks[chk.CheckID]; ok {
 			old.stop()
 			chk.Status, chk.Output, chk.CreateIndex = old.Status, old.Output, old.CreateIndex
-			chk.criticalSince = old.criticalSince
-		}
-		if chk.Status == consulapi.HealthCritical && chk.criticalSince.IsZero() {
-			chk.criticalSince = time.Now()
 		}
 		c.checks[chk.CheckID] = chk
 		c.startCheckLocked(chk)
 	}
-	if replaceChecks {
-		for cid, chk := range c.checks {
-			if chk.ServiceID == id && !keep[cid] {
-				chk.stop()
-				delete(c.checks, cid)
-				c.invalidateSessionsOfLocked(cid)
-			}
+	for cid, chk := range c.checks {
+		if replaceChecks && chk.ServiceID == id && !keep[cid] {
+			c.removeCheckLocked(cid)
 		}
 	}
-	c.nameIndex[reg.Name] = idx
-	c.serviceIndex = idx
+	c.nameIndex[reg.Name], c.serviceIndex = idx, idx
 	c.refreshAliasesLocked()
-	c.mu.Unlock()
-	c.changed.Notify()
 	return nil
 }
 
+// checkFromDefinition validates one check as the agent does and gives it
+// the agent's default ID and name.
+func checkFromDefinition(serviceID string, reg *consulapi.AgentServiceRegistration, d *consulapi.AgentServiceCheck, i, n int) (*consulCheck, error) {
+	chk := &consulCheck{HealthCheck: consulapi.HealthCheck{Node: consulNodeName, CheckID: d.CheckID, Name: d.Name,
+		Status: cmp.Or(d.Status, consulapi.HealthCritical), Notes: d.Notes, ServiceID: serviceID, ServiceName: reg.Name,
+		ServiceTags: append([]string{}, reg.Tags...)}, http: d.HTTP, method: d.Method, header: d.Header, alias: d.AliasService}
+	if chk.CheckID == "" {
+		chk.CheckID = "service:" + serviceID
+		if n > 1 {
+			chk.CheckID = fmt.Sprintf("service:%s:%d", serviceID, i+1)
+		}
+	}
+	chk.Name = cmp.Or(chk.Name, fmt.Sprintf("Service '%s' check", reg.Name))
+	if !slices.Contains([]string{consulapi.HealthPassing, consulapi.HealthWarning, consulapi.HealthCritical}, chk.Status) {
+		return nil, fmt.Errorf("Invalid check status: %q", d.Status)
+	}
+	interval, err1 := time.ParseDuration(cmp.Or(d.Interval, "0s"))
+	timeout, err2 := time.ParseDuration(cmp.Or(d.Timeout, "0s"))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("Invalid check duration: %v", err)
+	}
+	chk.interval, chk.timeout = interval, cmp.Or(timeout, 10*time.Second)
+	switch {
+	case d.HTTP != "":
+		chk.Type = "http"
+		if chk.interval <= 0 {
+			return nil, fmt.Errorf("Interval must be > 0 for Script, HTTP, H2PING, or TCP checks")
+		}
+	case d.TTL != "":
+		chk.Type = "ttl"
+	case d.AliasService != "":
+		chk.Type = "alias"
+	default:
+		return nil, fmt.Errorf("fake cluster: only HTTP, TTL and alias checks are supported")
+	}
+	return chk, nil
+}
+
 // refreshAliasesLocked sets every alias check to the health of the service
-// it mirrors, as Consul's agent does on each change of that service: the
-// worst status of its checks (passing when it has none), critical when no
-// such service is registered. A change is a write, like a check result.
+// it mirrors, as Consul's agent does on each change of it: the worst of its
+// checks, critical when no such service is registered.
 func (c *Consul) refreshAliasesLocked() {
 	for _, chk := range c.checks {
 		if chk.alias == "" {
@@ -226,87 +244,33 @@ func (c *Consul) refreshAliasesLocked() {
 		}
 		status, output := consulapi.HealthCritical, fmt.Sprintf("Service %s could not be found on node %s", chk.alias, consulNodeName)
 		if _, ok := c.services[chk.alias]; ok {
-			status, output = c.aggregateOfLocked(chk.alias, chk.CheckID), "All checks passing."
+			status, output = c.aggregateLocked(chk.alias, chk.CheckID), "All checks passing."
 			if status != consulapi.HealthPassing {
 				output = "Aliased service is not passing"
 			}
 		}
-		chk.Output = output
-		if chk.Status == status {
-			continue
-		}
-		idx := c.nextIndex()
-		chk.Status, chk.ModifyIndex = status, idx
-		c.nameIndex[chk.ServiceName] = idx
-		c.serviceIndex = idx
-		if status == consulapi.HealthCritical {
-			chk.criticalSince = time.Now()
-		} else {
-			chk.criticalSince = time.Time{}
-		}
+		c.setStatusLocked(chk, status, output)
 	}
 }
 
-// checkFromDefinition validates one check as the agent does and gives it
-// the agent's default ID and name.
-func (c *Consul) checkFromDefinition(serviceID, serviceName string, d *consulapi.AgentServiceCheck, i, n int) (*consulCheck, error) {
-	chk := &consulCheck{CheckID: d.CheckID, Name: d.Name, ServiceID: serviceID, Notes: d.Notes,
-		Status: consulapi.HealthCritical, http: d.HTTP, method: d.Method, header: d.Header, tcp: d.TCP}
-	if chk.CheckID == "" {
-		chk.CheckID = "service:" + serviceID
-		if n > 1 {
-			chk.CheckID = fmt.Sprintf("service:%s:%d", serviceID, i+1)
-		}
+// setStatusLocked records a check's result. A change of status is a write
+// (new index, blocking queries wake, sessions bound to a check turning
+// critical end); a new output alone is not, as Consul syncs it lazily.
+func (c *Consul) setStatusLocked(chk *consulCheck, status, output string) bool {
+	chk.Output = output
+	if chk.Status == status {
+		return false
 	}
-	if chk.Name == "" {
-		chk.Name = fmt.Sprintf("Service '%s' check", serviceName)
+	idx := c.nextIndex()
+	chk.Status, chk.ModifyIndex, c.nameIndex[chk.ServiceName], c.serviceIndex = status, idx, idx, idx
+	if status == consulapi.HealthCritical {
+		c.invalidateSessionsOfLocked(chk.CheckID)
 	}
-	if d.Status != "" {
-		switch d.Status {
-		case consulapi.HealthPassing, consulapi.HealthWarning, consulapi.HealthCritical:
-			chk.Status = d.Status
-		default:
-			return nil, badRequest("Invalid check status: %q", d.Status)
-		}
-	}
-	var err error
-	if chk.Interval, err = parseConsulDuration(d.Interval); err != nil {
-		return nil, badRequest("Invalid check interval: %v", err)
-	}
-	if chk.Timeout, err = parseConsulDuration(d.Timeout); err != nil {
-		return nil, badRequest("Invalid check timeout: %v", err)
-	}
-	if chk.deregisterAfter, err = parseConsulDuration(d.DeregisterCriticalServiceAfter); err != nil {
-		return nil, badRequest("Invalid DeregisterCriticalServiceAfter: %v", err)
-	}
-	switch {
-	case d.HTTP != "":
-		chk.Type = "http"
-	case d.TCP != "":
-		chk.Type = "tcp"
-	case d.TTL != "":
-		chk.Type = "ttl"
-	case d.GRPC != "":
-		chk.Type = "grpc"
-	case len(d.Args) > 0:
-		chk.Type = "script"
-	case d.AliasService != "":
-		chk.Type, chk.alias = "alias", d.AliasService
-	default:
-		return nil, badRequest("Invalid check: TTL must be > 0 for TTL checks")
-	}
-	if (chk.Type == "http" || chk.Type == "tcp" || chk.Type == "script" || chk.Type == "grpc") && chk.Interval <= 0 {
-		return nil, badRequest("Interval must be > 0 for Script, HTTP, H2PING, or TCP checks")
-	}
-	if chk.Timeout <= 0 {
-		chk.Timeout = 10 * time.Second
-	}
-	return chk, nil
+	return true
 }
 
-// agentServices is GET /v1/agent/services: every instance the (one) agent
-// holds, by ID. A filter is refused rather than ignored, so a caller that
-// comes to rely on one is noticed here.
+// agentServices is GET /v1/agent/services: every instance this (the one)
+// agent holds, by ID. A filter is refused rather than ignored.
 func (c *Consul) agentServices(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("filter") {
 		writeText(w, writeHeaders, http.StatusBadRequest, "fake cluster: agent services filter not supported")
@@ -314,121 +278,90 @@ func (c *Consul) agentServices(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Lock()
 	out := map[string]*consulapi.AgentService{}
-	for _, s := range c.services {
-		out[s.ID] = agentService(s)
+	for id, s := range c.services {
+		out[id] = agentService(s)
 	}
 	c.mu.Unlock()
 	writeJSON(w, writeHeaders, out)
 }
 
-// agentService answers GET /v1/agent/service/{id}; an unknown ID is a 404
-// with the agent's own text (Consul 1.16).
+// agentService answers GET /v1/agent/service/{id}, with a hash of the
+// registration (fixture 061); an unknown ID is a 404 in the agent's words.
 func (c *Consul) agentService(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
 	c.mu.Lock()
-	s, ok := c.services[id]
+	s, ok := c.services[r.PathValue("id")]
 	var out *consulapi.AgentService
 	if ok {
 		out = agentService(s)
-		// The single lookup carries a hash of the registration (Consul
-		// 1.16, fixture 061), for a blocking query on it; nothing of ours
-		// blocks on it, so any value that changes with the registration
-		// does.
 		out.ContentHash = strconv.FormatUint(s.ModifyIndex, 16)
 	}
 	c.mu.Unlock()
 	if !ok {
-		writeText(w, writeHeaders, http.StatusNotFound, "unknown service ID: "+id)
+		writeText(w, writeHeaders, http.StatusNotFound, "unknown service ID: "+r.PathValue("id"))
 		return
 	}
 	writeJSON(w, writeHeaders, out)
 }
 
-// agentService is s as the agent's service endpoints list it: tags and
-// meta are never null (an empty list and map), and the Raft indexes are
-// left to the catalog's endpoints (fixture 061).
-func agentService(s *consulService) *consulapi.AgentService {
-	out := &consulapi.AgentService{ID: s.ID, Service: s.Name, Tags: slices.Clone(s.Tags), Meta: maps.Clone(s.Meta),
-		Port: s.Port, Address: s.Address, Weights: consulapi.AgentWeights{Passing: 1, Warning: 1},
-		Datacenter: "dc1"}
-	if out.Tags == nil {
-		out.Tags = []string{}
-	}
+// agentService is s as the agent's endpoints list it: tags and meta never
+// null, no Raft indexes (fixture 061).
+func agentService(s *consulapi.AgentService) *consulapi.AgentService {
+	out := *s
+	out.Tags, out.Meta, out.CreateIndex, out.ModifyIndex = append([]string{}, s.Tags...), maps.Clone(s.Meta), 0, 0
 	if out.Meta == nil {
 		out.Meta = map[string]string{}
 	}
-	return out
+	return &out
 }
 
 func (c *Consul) serviceDeregister(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !c.Deregister(id) {
-		writeText(w, writeHeaders, http.StatusNotFound, fmt.Sprintf("Unknown service ID %q. Ensure that the service ID is passed, not the service name.", id))
+	if !c.Deregister(r.PathValue("id")) {
+		writeText(w, writeHeaders, http.StatusNotFound, fmt.Sprintf("Unknown service ID %q. Ensure that the service ID is passed, not the service name.", r.PathValue("id")))
 		return
 	}
-	for k, v := range writeHeaders {
-		w.Header().Set(k, v)
-	}
-	w.WriteHeader(http.StatusOK)
+	setHeaders(w, writeHeaders)
 }
 
 // Deregister removes a service instance and its checks; false when there
 // was none.
 func (c *Consul) Deregister(id string) bool {
 	c.mu.Lock()
-	ok := c.deregisterLocked(id)
-	if ok {
-		c.refreshAliasesLocked()
-	}
-	c.mu.Unlock()
-	if ok {
-		c.changed.Notify()
-	}
-	return ok
-}
-
-func (c *Consul) deregisterLocked(id string) bool {
+	defer c.changed.Notify()
+	defer c.mu.Unlock()
 	s, ok := c.services[id]
 	if !ok {
 		return false
 	}
-	idx := c.nextIndex()
 	delete(c.services, id)
 	for cid, chk := range c.checks {
 		if chk.ServiceID == id {
-			chk.stop()
-			delete(c.checks, cid)
-			c.invalidateSessionsOfLocked(cid)
+			c.removeCheckLocked(cid)
 		}
 	}
-	c.nameIndex[s.Name] = idx
-	c.serviceIndex = idx
+	idx := c.nextIndex()
+	c.nameIndex[s.Service], c.serviceIndex = idx, idx
+	c.refreshAliasesLocked()
 	return true
 }
 
-// startCheckLocked runs an HTTP or TCP check at its interval (or the
-// cluster's CheckInterval), first after a random stagger within it as
-// Consul does (call with c.mu held).
+// removeCheckLocked removes a check, ending the sessions bound to it.
+func (c *Consul) removeCheckLocked(id string) {
+	c.checks[id].stop()
+	delete(c.checks, id)
+	c.invalidateSessionsOfLocked(id)
+}
+
+// startCheckLocked runs an HTTP check at its interval (or the cluster's
+// CheckInterval), first after a random stagger within it as Consul does.
 func (c *Consul) startCheckLocked(chk *consulCheck) {
-	if (chk.Type != "http" && chk.Type != "tcp") || c.closed {
+	if chk.Type != "http" || c.closed {
 		return
 	}
-	// close cancels every check in c.checks (and none starts after it), so
-	// the check's own context is all the loop needs to watch.
 	ctx, cancel := context.WithCancel(context.Background())
 	chk.cancel = cancel
-	interval := chk.Interval
-	if c.opts.CheckInterval > 0 {
-		interval = c.opts.CheckInterval
-	}
-	timeout := min(chk.Timeout, max(interval, 500*time.Millisecond))
-	kind, target, method, header := chk.Type, chk.http, chk.method, chk.header
-	if kind == "tcp" {
-		target = chk.tcp
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	interval := cmp.Or(c.opts.CheckInterval, chk.interval)
+	timeout := min(chk.timeout, max(interval, 500*time.Millisecond))
+	c.wg.Go(func() {
 		defer cancel()
 		t := time.NewTimer(rand.N(interval) + time.Millisecond)
 		defer t.Stop()
@@ -438,61 +371,22 @@ func (c *Consul) startCheckLocked(chk *consulCheck) {
 				return
 			case <-t.C:
 			}
-			var status, output string
-			if kind == "http" {
-				status, output = runHTTPCheck(ctx, target, method, header, timeout)
-			} else {
-				status, output = runTCPCheck(ctx, target, timeout)
+			status, output := runHTTPCheck(ctx, chk.http, chk.method, chk.header, timeout)
+			c.mu.Lock()
+			changed := ctx.Err() == nil && c.checks[chk.CheckID] == chk && c.setStatusLocked(chk, status, output)
+			if changed {
+				c.refreshAliasesLocked()
 			}
-			if ctx.Err() != nil {
-				return
+			c.mu.Unlock()
+			if changed {
+				c.changed.Notify()
 			}
-			c.setCheckStatus(chk, status, output)
 			t.Reset(interval)
 		}
-	}()
+	})
 }
 
-// setCheckStatus records a check's result. A change of status is a write
-// (new index, blocking queries wake); a new output alone is not, as in
-// Consul, which syncs output-only changes lazily.
-func (c *Consul) setCheckStatus(chk *consulCheck, status, output string) {
-	c.mu.Lock()
-	cur, ok := c.checks[chk.CheckID]
-	if !ok || cur != chk {
-		c.mu.Unlock()
-		return
-	}
-	changed := cur.Status != status
-	cur.Output = output
-	if changed {
-		idx := c.nextIndex()
-		cur.Status, cur.ModifyIndex = status, idx
-		c.nameIndex[cur.ServiceName] = idx
-		c.serviceIndex = idx
-		if status == consulapi.HealthCritical {
-			cur.criticalSince = time.Now()
-			c.invalidateSessionsOfLocked(cur.CheckID)
-		} else {
-			cur.criticalSince = time.Time{}
-		}
-	}
-	if status == consulapi.HealthCritical && cur.deregisterAfter > 0 && time.Since(cur.criticalSince) > cur.deregisterAfter {
-		c.log.Debug("deregistering a service critical for too long", "service", cur.ServiceID, "after", cur.deregisterAfter)
-		c.deregisterLocked(cur.ServiceID)
-		changed = true
-	}
-	if changed {
-		c.refreshAliasesLocked()
-	}
-	c.mu.Unlock()
-	if changed {
-		c.changed.Notify()
-	}
-}
-
-// checkClient runs HTTP checks: no keep-alive, so a check opens a fresh
-// connection each time as Consul's does (it disables keep-alives).
+// checkClient runs HTTP checks without keep-alive, as Consul's does.
 var checkClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
 
 // runHTTPCheck is Consul's HTTP check: 2xx passes, 429 warns, anything else
@@ -506,17 +400,12 @@ func runHTTPCheck(ctx context.Context, target, method string, header map[string]
 	if err != nil {
 		return consulapi.HealthCritical, err.Error()
 	}
-	for k, vs := range header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
+	req.Header = http.Header(header).Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
 	}
-	if req.Header.Get("User-Agent") == "" {
-		req.Header.Set("User-Agent", "Consul Health Check")
-	}
-	if req.Header.Get("Accept") == "" {
-		req.Header.Set("Accept", "text/plain, text/*, */*")
-	}
+	req.Header.Set("User-Agent", cmp.Or(req.Header.Get("User-Agent"), "Consul Health Check"))
+	req.Header.Set("Accept", cmp.Or(req.Header.Get("Accept"), "text/plain, text/*, */*"))
 	resp, err := checkClient.Do(req)
 	if err != nil {
 		return consulapi.HealthCritical, err.Error()
@@ -533,145 +422,60 @@ func runHTTPCheck(ctx context.Context, target, method string, header map[string]
 	return consulapi.HealthCritical, out
 }
 
-func runTCPCheck(ctx context.Context, addr string, timeout time.Duration) (string, string) {
-	d := net.Dialer{Timeout: timeout}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return consulapi.HealthCritical, err.Error()
-	}
-	conn.Close()
-	return consulapi.HealthPassing, fmt.Sprintf("TCP connect %s: Success", addr)
-}
+// ---- health and catalog ----
 
-// ---- health ----
+// theNode is the agent's one node.
+var theNode = consulapi.Node{ID: consulNodeID, Node: consulNodeName, Address: "127.0.0.1", Datacenter: consulDC,
+	TaggedAddresses: map[string]string{"lan": "127.0.0.1", "lan_ipv4": "127.0.0.1", "wan": "127.0.0.1", "wan_ipv4": "127.0.0.1"},
+	Meta:            map[string]string{"consul-network-segment": "", "consul-version": consulVersion}, CreateIndex: 11, ModifyIndex: 11}
 
-type nodeWire struct {
-	ID              string
-	Node            string
-	Address         string
-	Datacenter      string
-	TaggedAddresses map[string]string
-	Meta            map[string]string
-	CreateIndex     uint64
-	ModifyIndex     uint64
-}
-
-func theNode() nodeWire {
-	return nodeWire{
-		ID: consulNodeID, Node: consulNodeName, Address: "127.0.0.1", Datacenter: consulDC,
-		TaggedAddresses: map[string]string{"lan": "127.0.0.1", "lan_ipv4": "127.0.0.1", "wan": "127.0.0.1", "wan_ipv4": "127.0.0.1"},
-		Meta:            map[string]string{"consul-network-segment": "", "consul-version": ConsulVersion},
-		CreateIndex:     11, ModifyIndex: 11,
-	}
-}
-
-type taggedAddr struct {
-	Address string
-	Port    int
-}
-
-type serviceWire struct {
-	ID                string
-	Service           string
-	Tags              []string
-	Address           string
-	TaggedAddresses   map[string]taggedAddr
-	Meta              map[string]string
-	Port              int
-	Weights           map[string]int
-	EnableTagOverride bool
-	Proxy             map[string]any
-	Connect           map[string]any
-	PeerName          string
-	CreateIndex       uint64
-	ModifyIndex       uint64
-}
-
-type checkWire struct {
-	Node        string
-	CheckID     string
-	Name        string
-	Status      string
-	Notes       string
-	Output      string
-	ServiceID   string
-	ServiceName string
-	ServiceTags []string
-	Type        string
-	Interval    string
-	Timeout     string
-	ExposedPort int
-	Definition  map[string]any
-	CreateIndex uint64
-	ModifyIndex uint64
-}
-
+// healthEntry is one instance as /v1/health/service writes it.
 type healthEntry struct {
-	Node    nodeWire
-	Service serviceWire
-	Checks  []checkWire
-}
-
-func serfCheck() checkWire {
-	return checkWire{Node: consulNodeName, CheckID: "serfHealth", Name: "Serf Health Status", Status: consulapi.HealthPassing,
-		Output: "Agent alive and reachable", ServiceTags: []string{}, Definition: map[string]any{}, CreateIndex: 11, ModifyIndex: 11}
-}
-
-func durString(d time.Duration) string {
-	if d == 0 {
-		return ""
+	Node    consulapi.Node
+	Service struct {
+		*consulapi.AgentService
+		Proxy, Connect map[string]any
+		PeerName       string
 	}
-	return d.String()
+	Checks []checkWire
 }
 
+// indexOfLocked is the blocking index of one service name's instances.
+func (c *Consul) indexOfLocked(name string) uint64 {
+	return cmp.Or(c.nameIndex[name], c.serviceIndex)
+}
+
+// healthService is /v1/health/service/{name}: its instances with their
+// checks and the node's; with tag, only those with the tag; with passing,
+// only those whose checks pass.
 func (c *Consul) healthService(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	q := r.URL.Query()
-	_, passingOnly := q["passing"]
-	if v := q.Get("passing"); v == "false" || v == "0" {
-		passingOnly = false
-	}
-	tags := q["tag"]
+	name, q := r.PathValue("name"), r.URL.Query()
+	passingOnly := q.Has("passing") && q.Get("passing") != "false" && q.Get("passing") != "0"
 	entries, idx := block(r, &c.changed, c.quit, func() ([]healthEntry, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		out := []healthEntry{}
-		for _, s := range c.services {
-			if s.Name != name {
+		for _, s := range c.servicesLocked(name, q["tag"]) {
+			if passingOnly && c.aggregateLocked(s.ID, "") != consulapi.HealthPassing {
 				continue
 			}
-			if !containsAll(s.Tags, tags) {
-				continue
-			}
-			e := healthEntry{Node: theNode(), Service: s.wire(), Checks: []checkWire{serfCheck()}}
-			passing := true
-			own := c.checksOfLocked(s)
-			for _, chk := range own {
-				if chk.Status != consulapi.HealthPassing {
-					passing = false
-				}
-			}
-			e.Checks = append(e.Checks, own...)
-			if passingOnly && !passing {
-				continue
-			}
+			e := healthEntry{Node: theNode, Checks: append([]checkWire{serfCheck}, c.checksOfLocked(s.ID)...)}
+			cp := *s
+			cp.Tags = append([]string{}, s.Tags...)
+			e.Service.AgentService, e.Service.Connect = &cp, map[string]any{}
+			e.Service.Proxy = map[string]any{"Mode": "", "MeshGateway": map[string]any{}, "Expose": map[string]any{}}
 			out = append(out, e)
 		}
-		sort.Slice(out, func(i, j int) bool { return out[i].Service.ID < out[j].Service.ID })
 		return out, c.indexOfLocked(name)
 	})
 	writeJSON(w, readHeaders(idx), entries)
 }
 
-// healthState is GET /v1/health/state/<state>: every check in that state
-// (any: all), the node's serfHealth included, filtered as Consul filters
-// it (go-bexpr over the check's fields: the same library and selectors as
-// Consul 1.16), blocking on the checks' index.
+// healthState is /v1/health/state/{state}: every check in that state (any:
+// all), the node's included, filtered by go-bexpr as Consul does.
 func (c *Consul) healthState(w http.ResponseWriter, r *http.Request) {
 	state := r.PathValue("state")
-	switch state {
-	case "any", consulapi.HealthPassing, consulapi.HealthWarning, consulapi.HealthCritical:
-	default:
+	if !slices.Contains([]string{"any", consulapi.HealthPassing, consulapi.HealthWarning, consulapi.HealthCritical}, state) {
 		writeText(w, readHeaders(0), http.StatusBadRequest, "Bad state "+state)
 		return
 	}
@@ -687,30 +491,18 @@ func (c *Consul) healthState(w http.ResponseWriter, r *http.Request) {
 	checks, idx := block(r, &c.changed, c.quit, func() ([]checkWire, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		all := []checkWire{serfCheck()}
-		for _, s := range c.services {
-			all = append(all, c.checksOfLocked(s)...)
-		}
 		out := []checkWire{}
-		for _, chk := range all {
-			if state != "any" && chk.Status != state {
-				continue
-			}
-			if eval != nil {
-				ok, err := eval.Evaluate(consulapi.HealthCheck{Node: chk.Node, CheckID: chk.CheckID, Name: chk.Name,
-					Status: chk.Status, Notes: chk.Notes, Output: chk.Output, ServiceID: chk.ServiceID,
-					ServiceName: chk.ServiceName, ServiceTags: chk.ServiceTags, Type: chk.Type})
-				if err != nil {
-					ferr = err
+		for _, chk := range append([]checkWire{serfCheck}, c.checksOfLocked("")...) {
+			ok := state == "any" || chk.Status == state
+			if ok && eval != nil {
+				if ok, ferr = eval.Evaluate(chk.HealthCheck); ferr != nil {
 					return nil, c.serviceIndex
 				}
-				if !ok {
-					continue
-				}
 			}
-			out = append(out, chk)
+			if ok {
+				out = append(out, chk)
+			}
 		}
-		sort.Slice(out, func(i, j int) bool { return out[i].CheckID < out[j].CheckID })
 		return out, c.serviceIndex
 	})
 	if ferr != nil {
@@ -720,130 +512,39 @@ func (c *Consul) healthState(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, readHeaders(idx), checks)
 }
 
-// checksOfLocked is the checks of one service instance, by check ID.
-func (c *Consul) checksOfLocked(s *consulService) []checkWire {
-	var own []checkWire
-	for _, chk := range c.checks {
-		if chk.ServiceID != s.ID {
-			continue
-		}
-		own = append(own, checkWire{
-			Node: consulNodeName, CheckID: chk.CheckID, Name: chk.Name, Status: chk.Status, Notes: chk.Notes,
-			Output: chk.Output, ServiceID: s.ID, ServiceName: s.Name, ServiceTags: nonNil(s.Tags), Type: chk.Type,
-			Interval: durString(chk.Interval), Timeout: durString(chk.Timeout), Definition: map[string]any{},
-			CreateIndex: chk.CreateIndex, ModifyIndex: chk.ModifyIndex,
-		})
-	}
-	sort.Slice(own, func(i, j int) bool { return own[i].CheckID < own[j].CheckID })
-	return own
-}
-
-// catalogEntry is one instance as /v1/catalog/service lists it: the node's
-// fields and the service's, flattened, as Consul 1.16 writes them.
-type catalogEntry struct {
-	ID                       string
-	Node                     string
-	Address                  string
-	Datacenter               string
-	TaggedAddresses          map[string]string
-	NodeMeta                 map[string]string
-	ServiceKind              string
-	ServiceID                string
-	ServiceName              string
-	ServiceTags              []string
-	ServiceAddress           string
-	ServiceTaggedAddresses   map[string]taggedAddr
-	ServiceWeights           map[string]int
-	ServiceMeta              map[string]string
-	ServicePort              int
-	ServiceEnableTagOverride bool
-	ServiceProxy             map[string]any
-	ServiceConnect           map[string]any
-	CreateIndex              uint64
-	ModifyIndex              uint64
-}
-
-// catalogService answers GET /v1/catalog/service/{name}: every registered
-// instance, whatever its health (what `consul catalog services` and the
-// e2e suite's leftover checks read).
-func (c *Consul) catalogService(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	tags := r.URL.Query()["tag"]
-	out, idx := block(r, &c.changed, c.quit, func() ([]catalogEntry, uint64) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		node := theNode()
-		out := []catalogEntry{}
-		for _, s := range c.services {
-			if s.Name != name || !containsAll(s.Tags, tags) {
-				continue
-			}
-			sw := s.wire()
-			out = append(out, catalogEntry{
-				ID: node.ID, Node: node.Node, Address: node.Address, Datacenter: node.Datacenter,
-				TaggedAddresses: node.TaggedAddresses, NodeMeta: node.Meta,
-				ServiceID: sw.ID, ServiceName: sw.Service, ServiceTags: sw.Tags, ServiceAddress: sw.Address,
-				ServiceTaggedAddresses: sw.TaggedAddresses, ServiceWeights: sw.Weights, ServiceMeta: sw.Meta,
-				ServicePort: sw.Port, ServiceProxy: sw.Proxy, ServiceConnect: sw.Connect,
-				CreateIndex: sw.CreateIndex, ModifyIndex: sw.ModifyIndex,
-			})
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].ServiceID < out[j].ServiceID })
-		return out, c.indexOfLocked(name)
-	})
-	writeJSON(w, readHeaders(idx), out)
-}
-
-// healthChecks answers GET /v1/health/checks/{service}: the checks of every
-// instance of the service.
+// healthChecks is /v1/health/checks/{service}: the checks of its
+// instances.
 func (c *Consul) healthChecks(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("service")
 	out, idx := block(r, &c.changed, c.quit, func() ([]checkWire, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		out := []checkWire{}
-		for _, s := range c.services {
-			if s.Name == name {
-				out = append(out, c.checksOfLocked(s)...)
-			}
+		for _, s := range c.servicesLocked(name, nil) {
+			out = append(out, c.checksOfLocked(s.ID)...)
 		}
-		sort.Slice(out, func(i, j int) bool { return out[i].CheckID < out[j].CheckID })
 		return out, c.indexOfLocked(name)
 	})
 	writeJSON(w, readHeaders(idx), out)
 }
 
-// indexOfLocked is the blocking index of one service name's instances.
-func (c *Consul) indexOfLocked(name string) uint64 {
-	if idx, ok := c.nameIndex[name]; ok {
-		return idx
-	}
-	return c.serviceIndex
-}
-
-func (s *consulService) wire() serviceWire {
-	addr := cmp.Or(s.Address, "127.0.0.1")
-	return serviceWire{
-		ID: s.ID, Service: s.Name, Tags: nonNil(s.Tags), Address: s.Address,
-		TaggedAddresses: map[string]taggedAddr{"lan_ipv4": {addr, s.Port}, "wan_ipv4": {addr, s.Port}},
-		Meta:            s.Meta, Port: s.Port, Weights: map[string]int{"Passing": 1, "Warning": 1},
-		Proxy:   map[string]any{"Mode": "", "MeshGateway": map[string]any{}, "Expose": map[string]any{}},
-		Connect: map[string]any{}, CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex,
-	}
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return slices.Clone(s)
-}
-
-func containsAll(have, want []string) bool {
-	for _, w := range want {
-		if !slices.Contains(have, w) {
-			return false
+// catalogService is /v1/catalog/service/{name}: every instance with the
+// given tags, whatever its health.
+func (c *Consul) catalogService(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	out, idx := block(r, &c.changed, c.quit, func() ([]consulapi.CatalogService, uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		out := []consulapi.CatalogService{}
+		for _, s := range c.servicesLocked(name, r.URL.Query()["tag"]) {
+			out = append(out, consulapi.CatalogService{ID: theNode.ID, Node: theNode.Node, Address: theNode.Address,
+				Datacenter: theNode.Datacenter, TaggedAddresses: theNode.TaggedAddresses, NodeMeta: theNode.Meta,
+				ServiceID: s.ID, ServiceName: s.Service, ServiceAddress: s.Address, ServiceTaggedAddresses: s.TaggedAddresses,
+				ServiceTags: append([]string{}, s.Tags...), ServiceMeta: s.Meta, ServicePort: s.Port,
+				ServiceWeights: consulapi.Weights{Passing: 1, Warning: 1}, ServiceProxy: &consulapi.AgentServiceConnectProxyConfig{},
+				CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex})
 		}
-	}
-	return true
+		return out, c.indexOfLocked(name)
+	})
+	writeJSON(w, readHeaders(idx), out)
 }

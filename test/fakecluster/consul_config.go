@@ -1,53 +1,108 @@
 package fakecluster
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Config entry kinds the fake Consul stores. Consul has more; the fake
-// refuses the others rather than pretend to apply them.
+// The config entry kinds the fake stores; it refuses the others rather
+// than pretend to apply them.
 const (
 	kindServiceDefaults = "service-defaults"
-	kindProxyDefaults   = "proxy-defaults"
 	kindRouter          = "service-router"
 	kindSplitter        = "service-splitter"
 	kindResolver        = "service-resolver"
 )
 
-var supportedKinds = map[string]bool{
-	kindServiceDefaults: true, kindProxyDefaults: true, kindRouter: true, kindSplitter: true, kindResolver: true,
-}
-
 type configEntry struct {
-	Kind        string
-	Name        string
-	raw         map[string]any // as written, without the indexes
-	CreateIndex uint64
-	ModifyIndex uint64
+	raw                      map[string]any // as written, without the indexes
+	createIndex, modifyIndex uint64
 }
 
 func (e *configEntry) wire() map[string]any {
-	out := make(map[string]any, len(e.raw)+2)
-	for k, v := range e.raw {
-		out[k] = v
-	}
-	out["CreateIndex"] = e.CreateIndex
-	out["ModifyIndex"] = e.ModifyIndex
+	out := maps.Clone(e.raw)
+	out["CreateIndex"], out["ModifyIndex"] = e.createIndex, e.modifyIndex
 	return out
 }
 
-// configSet is PUT /v1/config: validate the entry on its own, then the
-// routing graph with it in place (as Consul's
-// validateProposedConfigEntryInGraph does), then store it.
+// configState is the entries by kind and name, as a chain compiles from.
+type configState map[string]map[string]map[string]any
+
+func (c *Consul) configStateLocked() configState {
+	out := configState{}
+	for kind, byName := range c.config {
+		out[kind] = map[string]map[string]any{}
+		for n, e := range byName {
+			out[kind][n] = e.raw
+		}
+	}
+	return out
+}
+
+// configWrite checks a write of an entry (raw nil: its deletion) as Consul
+// does: cas, then the routing graph with the change in place (every chain
+// must still compile; validateProposedConfigEntryInGraph). It answers false
+// for a cas mismatch.
+func (c *Consul) configWrite(w http.ResponseWriter, r *http.Request, kind, name string, raw map[string]any) {
+	c.mu.Lock()
+	defer c.changed.Notify()
+	defer c.mu.Unlock()
+	cur := c.config[kind][name]
+	if v := r.URL.Query().Get("cas"); v != "" {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		if n == 0 && cur != nil || n != 0 && (cur == nil || cur.modifyIndex != n) {
+			writeJSON(w, writeHeaders, false)
+			return
+		}
+	}
+	proposed := c.configStateLocked()
+	if proposed[kind] == nil {
+		proposed[kind] = map[string]map[string]any{}
+	}
+	proposed[kind][name] = raw
+	if raw == nil {
+		delete(proposed[kind], name)
+	}
+	for _, k := range []string{kindRouter, kindSplitter, kindResolver} {
+		for _, n := range slices.Sorted(maps.Keys(proposed[k])) {
+			if _, err := proposed.compile(n); err != nil {
+				writeText(w, writeHeaders, http.StatusInternalServerError, err.Error())
+				return
+			}
+		}
+	}
+	if raw == nil {
+		if cur != nil {
+			c.configIndex = c.nextIndex()
+			delete(c.config[kind], name)
+		}
+		writeJSON(w, writeHeaders, map[string]any{})
+		return
+	}
+	e := &configEntry{raw: raw, createIndex: c.nextIndex()}
+	e.modifyIndex, c.configIndex = e.createIndex, e.createIndex
+	if cur != nil {
+		e.createIndex = cur.createIndex
+	}
+	if c.config[kind] == nil {
+		c.config[kind] = map[string]*configEntry{}
+	}
+	c.config[kind][name] = e
+	writeJSON(w, writeHeaders, true)
+}
+
+// configSet is PUT /v1/config: the entry's own validation, then configWrite.
 func (c *Consul) configSet(w http.ResponseWriter, r *http.Request) {
 	var raw map[string]any
-	if !decodeJSON(w, r, &raw) {
+	if err := readJSON(r, &raw); err != nil {
+		badRequest(w, err)
 		return
 	}
 	delete(raw, "CreateIndex")
@@ -55,73 +110,38 @@ func (c *Consul) configSet(w http.ResponseWriter, r *http.Request) {
 	kind, _ := raw["Kind"].(string)
 	name, _ := raw["Name"].(string)
 	kind = strings.ToLower(kind)
-	switch {
-	case kind == "":
-		writeText(w, writeHeaders, http.StatusBadRequest, "Request decoding failed: Payload does not contain a Kind key at the top level")
-		return
-	case !supportedKinds[kind]:
-		writeText(w, writeHeaders, http.StatusBadRequest, fmt.Sprintf("fake cluster: config entry kind %q is not supported by the fake Consul", kind))
-		return
-	case name == "":
-		writeText(w, writeHeaders, http.StatusInternalServerError, "Name is required")
-		return
-	}
 	raw["Kind"] = kind
 	if err := validateEntry(kind, name, raw); err != nil {
 		writeText(w, writeHeaders, http.StatusInternalServerError, err.Error())
 		return
 	}
-	var cas *uint64
-	if v := r.URL.Query().Get("cas"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeText(w, writeHeaders, http.StatusBadRequest, "Invalid cas index: "+err.Error())
-			return
-		}
-		cas = &n
-	}
+	c.configWrite(w, r, kind, name, raw)
+}
 
-	c.mu.Lock()
-	cur := c.config[kind][name]
-	if cas != nil && ((*cas == 0 && cur != nil) || (*cas != 0 && (cur == nil || cur.ModifyIndex != *cas))) {
-		c.mu.Unlock()
-		writeJSON(w, writeHeaders, false)
+func (c *Consul) configDelete(w http.ResponseWriter, r *http.Request) {
+	kind := strings.ToLower(r.PathValue("kind"))
+	if err := validateEntry(kind, r.PathValue("name"), nil); err != nil {
+		writeText(w, writeHeaders, http.StatusBadRequest, err.Error())
 		return
 	}
-	proposed := c.configSnapshotLocked()
-	proposed.set(kind, name, raw)
-	if err := proposed.validateGraph(); err != nil {
-		c.mu.Unlock()
-		writeText(w, writeHeaders, http.StatusInternalServerError, err.Error())
-		return
-	}
-	idx := c.nextIndex()
-	if c.config[kind] == nil {
-		c.config[kind] = map[string]*configEntry{}
-	}
-	e := &configEntry{Kind: kind, Name: name, raw: raw, CreateIndex: idx, ModifyIndex: idx}
-	if cur != nil {
-		e.CreateIndex = cur.CreateIndex
-	}
-	c.config[kind][name] = e
-	c.configIndex = idx
-	c.mu.Unlock()
-	c.changed.Notify()
-	writeJSON(w, writeHeaders, true)
+	c.configWrite(w, r, kind, r.PathValue("name"), nil)
 }
 
 func (c *Consul) configGet(w http.ResponseWriter, r *http.Request) {
 	kind, name := strings.ToLower(r.PathValue("kind")), r.PathValue("name")
-	e, idx := block(r, &c.changed, c.quit, func() (*configEntry, uint64) {
+	e, idx := block(r, &c.changed, c.quit, func() (map[string]any, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.config[kind][name], c.configIndex
+		if e := c.config[kind][name]; e != nil {
+			return e.wire(), c.configIndex
+		}
+		return nil, c.configIndex
 	})
 	if e == nil {
 		writeText(w, readHeaders(idx), http.StatusNotFound, fmt.Sprintf("Config entry not found for %q / %q", kind, name))
 		return
 	}
-	writeJSON(w, readHeaders(idx), e.wire())
+	writeJSON(w, readHeaders(idx), e)
 }
 
 func (c *Consul) configList(w http.ResponseWriter, r *http.Request) {
@@ -129,13 +149,8 @@ func (c *Consul) configList(w http.ResponseWriter, r *http.Request) {
 	list, idx := block(r, &c.changed, c.quit, func() ([]map[string]any, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		names := make([]string, 0, len(c.config[kind]))
-		for n := range c.config[kind] {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		out := make([]map[string]any, 0, len(names))
-		for _, n := range names {
+		out := []map[string]any{}
+		for _, n := range slices.Sorted(maps.Keys(c.config[kind])) {
 			out = append(out, c.config[kind][n].wire())
 		}
 		return out, c.configIndex
@@ -143,53 +158,11 @@ func (c *Consul) configList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, readHeaders(idx), list)
 }
 
-func (c *Consul) configDelete(w http.ResponseWriter, r *http.Request) {
-	kind, name := strings.ToLower(r.PathValue("kind")), r.PathValue("name")
-	if !supportedKinds[kind] {
-		writeText(w, writeHeaders, http.StatusBadRequest, fmt.Sprintf("fake cluster: config entry kind %q is not supported by the fake Consul", kind))
-		return
-	}
-	c.mu.Lock()
-	cur := c.config[kind][name]
-	if v := r.URL.Query().Get("cas"); v != "" {
-		n, _ := strconv.ParseUint(v, 10, 64)
-		if cur == nil || cur.ModifyIndex != n {
-			c.mu.Unlock()
-			writeJSON(w, writeHeaders, false)
-			return
-		}
-	}
-	if cur == nil {
-		// Deleting an absent entry succeeds.
-		c.mu.Unlock()
-		writeJSON(w, writeHeaders, map[string]any{})
-		return
-	}
-	proposed := c.configSnapshotLocked()
-	proposed.remove(kind, name)
-	if err := proposed.validateGraph(); err != nil {
-		c.mu.Unlock()
-		writeText(w, writeHeaders, http.StatusInternalServerError, err.Error())
-		return
-	}
-	idx := c.nextIndex()
-	delete(c.config[kind], name)
-	c.configIndex = idx
-	c.mu.Unlock()
-	c.changed.Notify()
-	writeJSON(w, writeHeaders, map[string]any{})
-}
-
 // ConfigEntries lists the names of the stored entries of a kind, sorted.
 func (c *Consul) ConfigEntries(kind string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []string
-	for n := range c.config[kind] {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(c.config[kind]))
 }
 
 // ConfigEntry returns a stored entry as Consul would answer it, or nil.
@@ -202,15 +175,19 @@ func (c *Consul) ConfigEntry(kind, name string) map[string]any {
 	return nil
 }
 
-// validateEntry is the entry's own validation (Consul's Validate methods),
-// for the parts that matter to routing.
+// validateEntry is an entry's own validation (Consul's Validate methods)
+// for what routing needs; raw nil checks the kind and name only.
 func validateEntry(kind, name string, raw map[string]any) error {
-	switch kind {
-	case kindProxyDefaults:
-		if name != "global" {
-			return fmt.Errorf("invalid name (%q), only %q is supported", name, "global")
-		}
-	case kindSplitter:
+	switch {
+	case kind == "":
+		return fmt.Errorf("Request decoding failed: Payload does not contain a Kind key at the top level")
+	case !slices.Contains([]string{kindServiceDefaults, kindRouter, kindSplitter, kindResolver}, kind):
+		return fmt.Errorf("fake cluster: config entry kind %q is not supported by the fake Consul", kind)
+	case name == "":
+		return fmt.Errorf("Name is required")
+	case raw == nil:
+		return nil
+	case kind == kindSplitter:
 		splits, _ := raw["Splits"].([]any)
 		if len(splits) == 0 {
 			return fmt.Errorf("no splits configured")
@@ -224,88 +201,21 @@ func validateEntry(kind, name string, raw map[string]any) error {
 			}
 			sum += wt
 		}
-		// Consul compares in hundredths of a percent.
-		if math.Abs(sum*100-10000) > 0.5 {
+		if math.Abs(sum*100-10000) > 0.5 { // Consul compares hundredths of a percent
 			return fmt.Errorf("the sum of all split weights must be 100, not %f", sum)
 		}
-	case kindServiceDefaults:
-		if p, ok := raw["Protocol"].(string); ok && p != "" {
-			switch strings.ToLower(p) {
-			case "tcp", "http", "http2", "grpc":
-			default:
-				return fmt.Errorf("protocol %q is not supported", p)
-			}
-		}
-	case kindResolver:
-		if v, ok := raw["ConnectTimeout"]; ok {
-			if _, err := parseConsulDuration(v); err != nil {
-				return fmt.Errorf("ConnectTimeout: %v", err)
-			}
+	case kind == kindServiceDefaults:
+		if p, _ := raw["Protocol"].(string); p != "" && !slices.Contains([]string{"tcp", "http", "http2", "grpc"}, strings.ToLower(p)) {
+			return fmt.Errorf("protocol %q is not supported", p)
 		}
 	}
 	return nil
 }
 
-// configState is a copy of the entries a discovery chain is compiled from.
-type configState map[string]map[string]map[string]any // kind -> name -> raw
-
-func (c *Consul) configSnapshotLocked() configState {
-	out := configState{}
-	for kind, byName := range c.config {
-		out[kind] = map[string]map[string]any{}
-		for n, e := range byName {
-			out[kind][n] = e.raw
-		}
-	}
-	return out
-}
-
-func (s configState) set(kind, name string, raw map[string]any) {
-	if s[kind] == nil {
-		s[kind] = map[string]map[string]any{}
-	}
-	s[kind][name] = raw
-}
-
-func (s configState) remove(kind, name string) { delete(s[kind], name) }
-
-// validateGraph compiles the chain of every service that has a router,
-// splitter or resolver; Consul refuses a write that would leave any of them
-// uncompilable.
-func (s configState) validateGraph() error {
-	names := map[string]bool{}
-	for _, kind := range []string{kindRouter, kindSplitter, kindResolver} {
-		for n := range s[kind] {
-			names[n] = true
-		}
-	}
-	sorted := make([]string, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	sort.Strings(sorted)
-	for _, n := range sorted {
-		if _, err := s.compile(n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
+// protocolOf is a service's protocol: its service-defaults', else tcp.
 func (s configState) protocolOf(service string) string {
-	if d := s[kindServiceDefaults][service]; d != nil {
-		if p, _ := d["Protocol"].(string); p != "" {
-			return strings.ToLower(p)
-		}
-	}
-	if g := s[kindProxyDefaults]["global"]; g != nil {
-		if cfg, ok := g["Config"].(map[string]any); ok {
-			if p, _ := cfg["protocol"].(string); p != "" {
-				return strings.ToLower(p)
-			}
-		}
-	}
-	return "tcp"
+	p, _ := s[kindServiceDefaults][service]["Protocol"].(string)
+	return strings.ToLower(cmp.Or(p, "tcp"))
 }
 
 // chain is a compiled discovery chain in Consul's wire shape (fixture 037).
@@ -323,192 +233,125 @@ type chain struct {
 	ManualVirtualIPs []string
 }
 
-// fakeTrustDomain stands in for the cluster's CA trust domain in SNI names.
-const fakeTrustDomain = "98553649-c29e-c0d2-7968-cf32fefd4375.consul"
-
-func targetID(service string) string { return service + ".default.default." + consulDC }
-
-// compile builds service's discovery chain from the entries, checking what
-// Consul checks: one protocol across every service the chain reaches
-// (failover targets included), and an L7 protocol when it routes or splits.
+// compile builds a service's discovery chain, checking what Consul checks:
+// one protocol across every service the chain reaches (failover targets
+// included), and an L7 protocol when it routes or splits.
 func (s configState) compile(service string) (*chain, error) {
 	ch := &chain{ServiceName: service, Namespace: "default", Partition: "default", Datacenter: consulDC,
-		Nodes: map[string]map[string]any{}, Targets: map[string]map[string]any{},
-		AutoVirtualIPs: []string{"240.0.0.1"}, ManualVirtualIPs: []string{}}
-	record := func(svc string) error {
-		p := s.protocolOf(svc)
-		if ch.Protocol == "" {
+		Nodes: map[string]map[string]any{}, Targets: map[string]map[string]any{}, AutoVirtualIPs: []string{"240.0.0.1"}, ManualVirtualIPs: []string{}}
+	var err error
+	record := func(svc string) {
+		if p := s.protocolOf(svc); ch.Protocol == "" {
 			ch.Protocol = p
-		} else if ch.Protocol != p {
-			return fmt.Errorf("discovery chain %q uses inconsistent protocols; service %q has %q which is not %q", service, svc, p, ch.Protocol)
+		} else if ch.Protocol != p && err == nil {
+			err = fmt.Errorf("discovery chain %q uses inconsistent protocols; service %q has %q which is not %q", service, svc, p, ch.Protocol)
 		}
-		return nil
 	}
-	addTarget := func(svc string, timeout time.Duration) string {
-		id := targetID(svc)
-		if _, ok := ch.Targets[id]; !ok {
-			ch.Targets[id] = map[string]any{
-				"ID": id, "Service": svc, "Namespace": "default", "Partition": "default", "Datacenter": consulDC,
+	target := func(svc string, timeout time.Duration) string {
+		id := svc + ".default.default." + consulDC
+		sni := svc + ".default." + consulDC + ".internal.98553649-c29e-c0d2-7968-cf32fefd4375.consul" // the CA's trust domain
+		if ch.Targets[id] == nil {
+			ch.Targets[id] = map[string]any{"ID": id, "Service": svc, "Namespace": "default", "Partition": "default", "Datacenter": consulDC,
 				"ConnectTimeout": timeout.String(), "MeshGateway": map[string]any{}, "Subset": map[string]any{},
-				"TransparentProxy": map[string]any{},
-				"SNI":              svc + ".default." + consulDC + ".internal." + fakeTrustDomain,
-				"Name":             svc + ".default." + consulDC + ".internal." + fakeTrustDomain,
-			}
+				"TransparentProxy": map[string]any{}, "SNI": sni, "Name": sni}
 		}
 		return id
 	}
-	resolverNode := func(svc string) (string, error) {
-		if err := record(svc); err != nil {
-			return "", err
+	resolver := func(svc string) string {
+		record(svc)
+		node := "resolver:" + svc + ".default.default." + consulDC
+		if ch.Nodes[node] != nil {
+			return node
 		}
-		node := "resolver:" + targetID(svc)
-		if _, ok := ch.Nodes[node]; ok {
-			return node, nil
-		}
-		timeout := 5 * time.Second
-		res := map[string]any{}
 		entry := s[kindResolver][svc]
-		if entry != nil {
-			if d, err := parseConsulDuration(entry["ConnectTimeout"]); err == nil && d > 0 {
-				timeout = d
-			}
-		} else {
+		timeout := 5 * time.Second
+		if d, e := time.ParseDuration(fmt.Sprint(entry["ConnectTimeout"])); e == nil && d > 0 {
+			timeout = d
+		}
+		res := map[string]any{"ConnectTimeout": timeout.String(), "Target": target(svc, timeout)}
+		if entry == nil {
 			res["Default"] = true
 		}
-		res["ConnectTimeout"] = timeout.String()
-		res["Target"] = addTarget(svc, timeout)
-		if entry != nil {
-			var failover []string
-			if fo, ok := entry["Failover"].(map[string]any); ok {
-				if star, ok := fo["*"].(map[string]any); ok {
-					if one, _ := star["Service"].(string); one != "" {
-						failover = append(failover, one)
-					}
-					if ts, ok := star["Targets"].([]any); ok {
-						for _, t := range ts {
-							if m, ok := t.(map[string]any); ok {
-								if svc, _ := m["Service"].(string); svc != "" {
-									failover = append(failover, svc)
-								}
-							}
-						}
-					}
-				}
-			}
-			if len(failover) > 0 {
-				var ids []string
-				for _, f := range failover {
-					if err := record(f); err != nil {
-						return "", err
-					}
-					ids = append(ids, addTarget(f, 5*time.Second))
-				}
-				res["Failover"] = map[string]any{"Targets": ids}
+		fo, _ := entry["Failover"].(map[string]any)
+		star, _ := fo["*"].(map[string]any)
+		targets, _ := star["Targets"].([]any)
+		if one, _ := star["Service"].(string); one != "" {
+			targets = append([]any{map[string]any{"Service": one}}, targets...)
+		}
+		var failover []string
+		for _, t := range targets {
+			if m, _ := t.(map[string]any); m["Service"] != nil {
+				f := fmt.Sprint(m["Service"])
+				record(f)
+				failover = append(failover, target(f, 5*time.Second))
 			}
 		}
-		ch.Nodes[node] = map[string]any{"Type": "resolver", "Name": targetID(svc), "Resolver": res}
-		return node, nil
-	}
-	var splitterNode func(svc string) (string, error)
-	// nextFor is where a request for svc goes: its splitter if it has one
-	// (other than the one being built), else its resolver.
-	nextFor := func(svc string) (string, error) {
-		if s[kindSplitter][svc] != nil {
-			return splitterNode(svc)
+		if len(failover) > 0 {
+			res["Failover"] = map[string]any{"Targets": failover}
 		}
-		return resolverNode(svc)
+		ch.Nodes[node] = map[string]any{"Type": "resolver", "Name": svc + ".default.default." + consulDC, "Resolver": res}
+		return node
 	}
-	splitterNode = func(svc string) (string, error) {
+	// next is where a request for svc goes: its splitter if it has one,
+	// else its resolver.
+	var next func(svc string, splitter bool) string
+	next = func(svc string, splitter bool) string {
 		node := "splitter:" + svc + ".default.default"
-		if _, ok := ch.Nodes[node]; ok {
-			return node, nil
+		if !splitter || s[kindSplitter][svc] == nil {
+			return resolver(svc)
 		}
-		if err := record(svc); err != nil {
-			return "", err
+		if ch.Nodes[node] != nil {
+			return node
 		}
-		ch.Nodes[node] = map[string]any{"Type": "splitter", "Name": svc + ".default.default"} // placeholder against cycles
-		splits, _ := s[kindSplitter][svc]["Splits"].([]any)
-		var out []map[string]any
-		for _, sp := range splits {
+		record(svc)
+		ch.Nodes[node] = map[string]any{"Type": "splitter", "Name": svc + ".default.default"} // against cycles
+		var splits []map[string]any
+		list, _ := s[kindSplitter][svc]["Splits"].([]any)
+		for _, sp := range list {
 			m, _ := sp.(map[string]any)
-			target, _ := m["Service"].(string)
-			if target == "" {
-				target = svc
-			}
-			var next string
-			var err error
-			if target == svc {
-				next, err = resolverNode(target)
-			} else {
-				next, err = nextFor(target)
-			}
-			if err != nil {
-				return "", err
+			to, _ := m["Service"].(string)
+			if to == "" {
+				to = svc
 			}
 			wt, _ := m["Weight"].(float64)
-			out = append(out, map[string]any{"Definition": m, "Weight": wt, "NextNode": next})
+			splits = append(splits, map[string]any{"Definition": m, "Weight": wt, "NextNode": next(to, to != svc)})
 		}
-		ch.Nodes[node]["Splits"] = out
-		return node, nil
+		ch.Nodes[node]["Splits"] = splits
+		return node
 	}
 
-	if err := record(service); err != nil {
-		return nil, err
-	}
+	record(service)
 	router := s[kindRouter][service]
 	advanced := router != nil || s[kindSplitter][service] != nil
-	switch {
-	case router != nil:
-		node := "router:" + service + ".default.default"
+	if router == nil {
+		ch.StartNode = next(service, true)
+		ch.Default = !advanced && s[kindResolver][service] == nil
+	} else {
 		var routes []map[string]any
 		list, _ := router["Routes"].([]any)
 		for _, rt := range list {
 			m, _ := rt.(map[string]any)
-			dest := service
-			if d, ok := m["Destination"].(map[string]any); ok {
-				if svc, _ := d["Service"].(string); svc != "" {
-					dest = svc
-				}
+			d, _ := m["Destination"].(map[string]any)
+			dest, _ := d["Service"].(string)
+			if dest == "" {
+				dest = service
 			}
-			next, err := nextFor(dest)
-			if err != nil {
-				return nil, err
-			}
-			routes = append(routes, map[string]any{"Definition": m, "NextNode": next})
+			routes = append(routes, map[string]any{"Definition": m, "NextNode": next(dest, true)})
 		}
-		next, err := nextFor(service)
-		if err != nil {
-			return nil, err
-		}
-		routes = append(routes, map[string]any{
-			"Definition": map[string]any{
-				"Match":       map[string]any{"HTTP": map[string]any{"PathPrefix": "/"}},
-				"Destination": map[string]any{"Service": service, "Namespace": "default", "Partition": "default"},
-			},
-			"NextNode": next,
-		})
-		ch.Nodes[node] = map[string]any{"Type": "router", "Name": service + ".default.default", "Routes": routes}
-		ch.StartNode = node
-	default:
-		next, err := nextFor(service)
-		if err != nil {
-			return nil, err
-		}
-		ch.StartNode = next
-		ch.Default = !advanced && s[kindResolver][service] == nil
+		routes = append(routes, map[string]any{"NextNode": next(service, true), "Definition": map[string]any{
+			"Match":       map[string]any{"HTTP": map[string]any{"PathPrefix": "/"}},
+			"Destination": map[string]any{"Service": service, "Namespace": "default", "Partition": "default"},
+		}})
+		ch.StartNode = "router:" + service + ".default.default"
+		ch.Nodes[ch.StartNode] = map[string]any{"Type": "router", "Name": service + ".default.default", "Routes": routes}
 	}
-	if advanced {
-		switch ch.Protocol {
-		case "http", "http2", "grpc":
-		default:
-			return nil, fmt.Errorf("discovery chain %q uses a protocol %q that does not permit advanced routing or splitting behavior", service, ch.Protocol)
-		}
+	if err == nil && advanced && !slices.Contains([]string{"http", "http2", "grpc"}, ch.Protocol) {
+		err = fmt.Errorf("discovery chain %q uses a protocol %q that does not permit advanced routing or splitting behavior", service, ch.Protocol)
 	}
-	return ch, nil
+	return ch, err
 }
 
 func (c *Consul) discoveryChain(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
 	type result struct {
 		ch  *chain
 		err error
@@ -516,7 +359,7 @@ func (c *Consul) discoveryChain(w http.ResponseWriter, r *http.Request) {
 	res, idx := block(r, &c.changed, c.quit, func() (result, uint64) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		ch, err := c.configSnapshotLocked().compile(name)
+		ch, err := c.configStateLocked().compile(r.PathValue("name"))
 		return result{ch, err}, c.configIndex
 	})
 	if res.err != nil {

@@ -4,78 +4,53 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
-	"sort"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
 
-// alloc is one allocation. Its fields are guarded by Nomad.mu; its
-// processes belong to its runner.
+// alloc is one allocation: the api.Allocation Nomad answers (its Job the
+// version that placed it) and what the fake keeps beside it. Its fields
+// are guarded by Nomad.mu; its processes belong to its runner.
 type alloc struct {
-	ID                 string
-	Name               string
-	Index              int
-	Namespace          string
-	JobID              string
-	TaskGroup          string
-	EvalID             string
-	Job                *api.Job // the job version that placed it
-	JobCreateIndex     uint64
-	DesiredStatus      string
-	DesiredDescription string
-	ClientStatus       string
-	ClientDescription  string
-	TaskStates         map[string]*api.TaskState
-	Ports              []allocPort
-	CreateIndex        uint64
-	ModifyIndex        uint64
-	AllocModifyIndex   uint64
-	CreateTime         int64
-	ModifyTime         int64
-	PreviousAllocation string
-	NextAllocation     string
-	finishedAt         time.Time
-	runner             *allocRunner
-	pids               map[string]int // task -> its current process
+	api.Allocation
+	slot           int    // the index in its name
+	jobCreateIndex uint64 // the incarnation of the job that placed it
+	finishedAt     time.Time
+	runner         *allocRunner
+	pids           map[string]int // task -> its current process
 }
 
 func (a *alloc) terminal() bool {
-	switch a.ClientStatus {
-	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
-		return true
-	}
-	return false
+	return slices.Contains([]string{api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost}, a.ClientStatus)
 }
 
 // allocsOfLocked lists the allocations of the job's current incarnation (a
-// purged job registered again does not own the old one's allocations).
+// purged job registered again does not own the old one's), oldest first.
 func (n *Nomad) allocsOfLocked(j *nomadJob) []*alloc {
 	var out []*alloc
 	for _, a := range n.allocs {
-		if a.Namespace == j.ns && a.JobID == deref(j.job.ID) && a.JobCreateIndex == deref(j.job.CreateIndex) {
+		if a.Namespace == j.ns && a.JobID == deref(j.job.ID) && a.jobCreateIndex == deref(j.job.CreateIndex) {
 			out = append(out, a)
 		}
 	}
-	sort.Slice(out, func(i, k int) bool { return out[i].CreateIndex < out[k].CreateIndex })
+	slices.SortFunc(out, func(a, b *alloc) int { return cmp.Compare(a.CreateIndex, b.CreateIndex) })
 	return out
 }
 
-// reconcileLocked is the scheduler: for each group it stops allocations
-// beyond the count (highest index first), replaces failed ones after the
-// reschedule delay, and places new ones up to the count. The plan is
-// applied at one index, with a Job PlanResult event beside the allocations'
+// reconcileLocked is the scheduler: per group it stops allocations beyond
+// the count (highest index first), replaces failed ones after the
+// reschedule delay, and places new ones up to the count, in one plan at
+// one index with a Job PlanResult event beside the allocations'
 // (fixture 011).
 func (n *Nomad) reconcileLocked(j *nomadJob) {
-	if n.closed {
-		return
-	}
-	if cur := n.jobs[jobKey(j.ns, deref(j.job.ID))]; cur != j {
-		return // purged meanwhile
+	if n.closed || n.jobs[jobKey(j.ns, deref(j.job.ID))] != j {
+		return // closing, or purged meanwhile
 	}
 	var planIdx uint64
 	plan := func() uint64 {
@@ -85,78 +60,60 @@ func (n *Nomad) reconcileLocked(j *nomadJob) {
 		return planIdx
 	}
 	for _, tg := range j.job.TaskGroups {
-		name := deref(tg.Name)
-		desired := deref(tg.Count)
+		name, desired := deref(tg.Name), deref(tg.Count)
 		if deref(j.job.Stop) {
 			desired = 0
 		}
 		var live, failed []*alloc
 		used := map[int]bool{}
 		for _, a := range n.allocsOfLocked(j) {
-			if a.TaskGroup != name || a.DesiredStatus != api.AllocDesiredStatusRun {
-				continue
-			}
-			if !a.terminal() {
+			switch {
+			case a.TaskGroup != name || a.DesiredStatus != api.AllocDesiredStatusRun:
+			case !a.terminal():
 				live = append(live, a)
-				used[a.Index] = true
-			} else if a.NextAllocation == "" {
+				used[a.slot] = true
+			case a.NextAllocation == "":
 				failed = append(failed, a)
 			}
 		}
 		// Failed allocations beyond the count are not replaced.
 		for len(live)+len(failed) > desired && len(failed) > 0 {
-			last := failed[len(failed)-1]
+			n.stopAllocLocked(failed[len(failed)-1], "alloc not needed due to job update", plan())
 			failed = failed[:len(failed)-1]
-			n.stopAllocLocked(last, "alloc not needed due to job update", plan())
 		}
 		if len(live) > desired {
-			sort.Slice(live, func(i, k int) bool { return live[i].Index > live[k].Index })
+			slices.SortFunc(live, func(a, b *alloc) int { return b.slot - a.slot })
 			for _, a := range live[:len(live)-desired] {
 				n.stopAllocLocked(a, "alloc not needed due to job update", plan())
 			}
 			continue
 		}
-		// The allocations that stay are updated in place to the job's new
-		// version (no task changes: revision jobs change only their count
-		// and scaling), which Nomad's plan records for each of them.
+		// The allocations that stay move to the job's new version in place
+		// (revision jobs change only their count and scaling).
 		for _, a := range live {
 			if deref(a.Job.Version) != deref(j.job.Version) {
-				idx := plan()
-				a.Job = copyJob(j.job)
-				a.ModifyIndex, a.AllocModifyIndex = idx, idx
-				a.ModifyTime = time.Now().UnixNano()
-				n.publishLocked(idx, allocEvent("PlanResult", a))
+				a.Job, a.ModifyIndex, a.AllocModifyIndex, a.ModifyTime = copyJob(j.job), plan(), plan(), time.Now().UnixNano()
+				n.publishLocked(plan(), allocEvent("PlanResult", a))
 			}
 		}
 		missing := desired - len(live)
-		for _, f := range failed {
-			if missing == 0 {
-				break
-			}
+		for _, f := range failed[:min(missing, len(failed))] {
 			missing--
-			delay := n.rescheduleDelay(j, tg)
-			if wait := time.Until(f.finishedAt.Add(delay)); wait > 0 {
-				n.afterLocked(wait, func() {
-					n.mu.Lock()
-					n.reconcileLocked(j)
-					n.mu.Unlock()
-					n.changed.Notify()
-				})
+			if wait := time.Until(f.finishedAt.Add(n.rescheduleDelay(j, tg))); wait > 0 {
+				n.afterLocked(wait, func() { n.reconcileLocked(j) })
 				continue
 			}
-			j.reschedules++
-			idx := f.Index
-			if used[idx] {
-				idx = freeIndex(used)
+			slot := f.slot
+			if used[slot] {
+				slot = freeSlot(used)
 			}
-			used[idx] = true
-			na := n.placeLocked(j, tg, idx, f.ID, plan())
-			f.NextAllocation = na.ID
+			used[slot] = true
+			f.NextAllocation = n.placeLocked(j, tg, slot, f.ID, plan()).ID
 		}
 		for ; missing > 0; missing-- {
-			idx := freeIndex(used)
-			used[idx] = true
-			n.placeLocked(j, tg, idx, "", plan())
+			slot := freeSlot(used)
+			used[slot] = true
+			n.placeLocked(j, tg, slot, "", plan())
 		}
 	}
 	n.setJobStatusLocked(j)
@@ -165,7 +122,7 @@ func (n *Nomad) reconcileLocked(j *nomadJob) {
 	}
 }
 
-func freeIndex(used map[int]bool) int {
+func freeSlot(used map[int]bool) int {
 	for i := 0; ; i++ {
 		if !used[i] {
 			return i
@@ -173,31 +130,28 @@ func freeIndex(used map[int]bool) int {
 	}
 }
 
-// rescheduleDelay is the delay before replacing a failed allocation: the
+// rescheduleDelay is the delay before a failed allocation is replaced: the
 // cluster's RescheduleDelay when set, else the group's reschedule policy
-// (constant, or doubling per replacement up to MaxDelay).
+// (as canonicalized; doubling per earlier replacement up to MaxDelay when
+// exponential).
 func (n *Nomad) rescheduleDelay(j *nomadJob, tg *api.TaskGroup) time.Duration {
 	if n.opts.RescheduleDelay > 0 {
 		return n.opts.RescheduleDelay
 	}
 	p := tg.ReschedulePolicy
-	if p == nil {
-		return 30 * time.Second
-	}
 	d := deref(p.Delay)
 	if deref(p.DelayFunction) == "exponential" {
-		for i := 0; i < j.reschedules && d < deref(p.MaxDelay); i++ {
-			d *= 2
-		}
-		if m := deref(p.MaxDelay); m > 0 {
-			d = min(d, m)
+		for _, a := range n.allocsOfLocked(j) {
+			if a.PreviousAllocation != "" && d < deref(p.MaxDelay) {
+				d = min(2*d, deref(p.MaxDelay))
+			}
 		}
 	}
 	return d
 }
 
-// afterLocked runs f after d unless the cluster closes first (call with
-// n.mu held; f must take the lock itself).
+// afterLocked runs f with n.mu held after d, unless the cluster closes
+// first (call with n.mu held).
 func (n *Nomad) afterLocked(d time.Duration, f func()) {
 	n.wg.Add(1)
 	var t *time.Timer
@@ -206,116 +160,85 @@ func (n *Nomad) afterLocked(d time.Duration, f func()) {
 		n.mu.Lock()
 		_, live := n.timers[t]
 		delete(n.timers, t)
-		n.mu.Unlock()
 		if live {
 			f()
 		}
+		n.mu.Unlock()
+		n.changed.Notify()
 	})
 	n.timers[t] = true
 }
 
-// placeLocked creates an allocation at the plan's index and starts its
-// runner.
-func (n *Nomad) placeLocked(j *nomadJob, tg *api.TaskGroup, index int, previous string, idx uint64) *alloc {
+// placeLocked creates an allocation at the plan's index, gives it its
+// ports and starts its runner.
+func (n *Nomad) placeLocked(j *nomadJob, tg *api.TaskGroup, slot int, previous string, idx uint64) *alloc {
 	now := time.Now().UnixNano()
-	a := &alloc{
-		ID: newUUID(), Index: index, Namespace: j.ns, JobID: deref(j.job.ID), TaskGroup: deref(tg.Name),
-		Name:   fmt.Sprintf("%s.%s[%d]", deref(j.job.ID), deref(tg.Name), index),
-		EvalID: newUUID(),
-		Job:    copyJob(j.job), JobCreateIndex: deref(j.job.CreateIndex),
-		DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusPending,
-		TaskStates:  map[string]*api.TaskState{},
-		CreateIndex: idx, ModifyIndex: idx, AllocModifyIndex: idx, CreateTime: now, ModifyTime: now,
-		PreviousAllocation: previous,
+	a := &alloc{Allocation: api.Allocation{
+		ID: newUUID(), Namespace: j.ns, EvalID: newUUID(), Name: fmt.Sprintf("%s.%s[%d]", deref(j.job.ID), deref(tg.Name), slot),
+		NodeID: fakeNodeID, NodeName: fakeNodeName, JobID: deref(j.job.ID), Job: copyJob(j.job), TaskGroup: deref(tg.Name),
+		DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusPending, TaskStates: map[string]*api.TaskState{},
+		PreviousAllocation: previous, CreateIndex: idx, ModifyIndex: idx, AllocModifyIndex: idx, CreateTime: now, ModifyTime: now,
+	}, slot: slot, jobCreateIndex: deref(j.job.CreateIndex)}
+	ar := &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{}, Shared: api.AllocatedSharedResources{DiskMB: 300}}
+	for _, t := range tg.Tasks {
+		res := cmp.Or(t.Resources, &api.Resources{})
+		ar.Tasks[t.Name] = &api.AllocatedTaskResources{Cpu: api.AllocatedCpuResources{CpuShares: int64(deref(res.CPU))},
+			Memory: api.AllocatedMemoryResources{MemoryMB: int64(deref(res.MemoryMB))}}
 	}
+	ports, err := n.allocatePortsLocked(tg)
+	if len(ports) > 0 {
+		nr := &api.NetworkResource{Mode: "host", IP: "127.0.0.1"}
+		for _, p := range ports {
+			nr.DynamicPorts = append(nr.DynamicPorts, api.Port{Label: p.Label, Value: p.Value, To: p.To, HostNetwork: "default"})
+		}
+		ar.Shared.Ports, ar.Shared.Networks = ports, []*api.NetworkResource{nr}
+	}
+	a.AllocatedResources = ar
 	n.allocs[a.ID] = a
 	n.allocsIndex = idx
-	ports, err := n.allocatePortsLocked(jobGroup(a.Job, a.TaskGroup))
-	a.Ports = ports
 	n.publishLocked(idx, allocEvent("PlanResult", a))
-	if err != nil {
-		a.ClientStatus, a.ClientDescription = api.AllocClientStatusFailed, "Failed tasks"
-		a.finishedAt = time.Now()
-		for _, t := range jobGroup(a.Job, a.TaskGroup).Tasks {
-			a.TaskStates[t.Name] = &api.TaskState{State: "dead", Failed: true, Events: []*api.TaskEvent{
-				newTaskEvent(api.TaskSetupFailure, "", func(e *api.TaskEvent) { e.SetupError = err.Error(); e.FailsTask = true }),
-			}}
-		}
-		n.publishLocked(idx, allocEvent("AllocationUpdated", a))
-		return a
-	}
-	a.runner = newAllocRunner(n, a)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		a.runner.run()
-	}()
+	a.runner = newAllocRunner(n, a, err)
+	n.wg.Go(a.runner.run)
 	return a
 }
 
-// allocatePortsLocked gives the group's network its ports: reserved ports
-// as declared, dynamic ones free on 127.0.0.1 and not handed to another
-// live allocation. Only host networking is supported.
-func (n *Nomad) allocatePortsLocked(tg *api.TaskGroup) ([]allocPort, error) {
-	if tg == nil || len(tg.Networks) == 0 {
-		return nil, nil
+// allocatePortsLocked gives the group's ports host ports on 127.0.0.1:
+// reserved ones as declared, dynamic ones free and not handed to another
+// live allocation. Every network is treated as host networking. A dynamic
+// port is one the kernel gives a listener on every address, as tasks (the
+// sidecar) bind it: a port free on 127.0.0.1 alone may be held on another
+// loopback address, by a client connection or its TIME_WAIT for a minute,
+// and refuse the task's bind all that time (e2e rehearsals failed so).
+func (n *Nomad) allocatePortsLocked(tg *api.TaskGroup) ([]api.PortMapping, error) {
+	var out []api.PortMapping
+	var dynamic []api.Port
+	for _, nw := range tg.Networks {
+		for _, p := range nw.ReservedPorts {
+			out = append(out, api.PortMapping{Label: p.Label, Value: p.Value, To: p.To, HostIP: "127.0.0.1"})
+		}
+		dynamic = append(dynamic, nw.DynamicPorts...)
 	}
-	if len(tg.Networks) > 1 {
-		return nil, fmt.Errorf("fake cluster: only one network per group is supported")
-	}
-	net0 := tg.Networks[0]
-	if net0.Mode != "" && net0.Mode != "host" {
-		return nil, fmt.Errorf("fake cluster: network mode %q is not supported (host networking only)", net0.Mode)
-	}
-	var out []allocPort
-	for _, p := range net0.ReservedPorts {
-		out = append(out, allocPort{Label: p.Label, Value: p.Value, To: p.To})
-	}
-	dyn, err := n.freePortsLocked(len(net0.DynamicPorts))
-	if err != nil {
-		return nil, err
-	}
-	for i, p := range net0.DynamicPorts {
-		out = append(out, allocPort{Label: p.Label, Value: dyn[i], To: p.To})
+	for attempt := 0; len(dynamic) > 0; attempt++ {
+		if attempt == 20 {
+			return out, fmt.Errorf("fake cluster: no %d free ports on 127.0.0.1", len(dynamic))
+		}
+		var got []int
+		for range dynamic {
+			if ln, err := net.Listen("tcp", ":0"); err == nil {
+				defer ln.Close()
+				got = append(got, ln.Addr().(*net.TCPAddr).Port)
+			}
+		}
+		if len(got) < len(dynamic) || slices.ContainsFunc(got, func(p int) bool { return n.ports[p] }) {
+			continue
+		}
+		for i, p := range dynamic {
+			n.ports[got[i]] = true
+			out = append(out, api.PortMapping{Label: p.Label, Value: got[i], To: p.To, HostIP: "127.0.0.1"})
+		}
+		break
 	}
 	return out, nil
-}
-
-func (n *Nomad) freePortsLocked(count int) ([]int, error) {
-	for attempt := 0; attempt < 20; attempt++ {
-		var lns []net.Listener
-		var ports []int
-		ok := true
-		for range count {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				ok = false
-				break
-			}
-			lns = append(lns, ln)
-			ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if !ok {
-			continue
-		}
-		clash := false
-		for _, p := range ports {
-			if n.ports[p] {
-				clash = true
-			}
-		}
-		if clash {
-			continue
-		}
-		for _, p := range ports {
-			n.ports[p] = true
-		}
-		return ports, nil
-	}
-	return nil, fmt.Errorf("fake cluster: no %d free ports on 127.0.0.1", count)
 }
 
 // stopAllocLocked tells an allocation to stop at the plan's index (the
@@ -325,82 +248,57 @@ func (n *Nomad) stopAllocLocked(a *alloc, why string, idx uint64) {
 		return
 	}
 	a.DesiredStatus, a.DesiredDescription = api.AllocDesiredStatusStop, why
-	a.ModifyIndex, a.AllocModifyIndex = idx, idx
-	a.ModifyTime = time.Now().UnixNano()
+	a.ModifyIndex, a.AllocModifyIndex, a.ModifyTime = idx, idx, time.Now().UnixNano()
 	n.allocsIndex = idx
 	n.publishLocked(idx, allocEvent("PlanResult", a))
-	if a.runner != nil {
-		a.runner.stop()
-	}
+	a.runner.stop()
 }
 
-func (n *Nomad) stopAllocsLocked(j *nomadJob, why string) {
-	var idx uint64
-	for _, a := range n.allocsOfLocked(j) {
-		if a.DesiredStatus == api.AllocDesiredStatusStop {
-			continue
-		}
-		if idx == 0 {
-			idx = n.nextIndex()
-		}
-		n.stopAllocLocked(a, why, idx)
-	}
-}
-
-// updateAlloc applies a client-side change (task states) to an
-// allocation, recomputes its client status as Nomad's client does, and
-// publishes it. When the allocation becomes terminal its ports are freed
-// and the scheduler looks at the job again.
+// updateAlloc applies a client-side change (task states) to an allocation,
+// sets its client status as Nomad's client does and publishes it. Once it
+// is terminal its ports are freed and the scheduler looks at the job.
 func (n *Nomad) updateAlloc(id string, f func(a *alloc)) {
 	n.mu.Lock()
+	defer n.changed.Notify()
+	defer n.mu.Unlock()
 	a, ok := n.allocs[id]
 	if !ok {
-		n.mu.Unlock()
 		return
 	}
 	wasTerminal := a.terminal()
 	f(a)
-	if len(a.TaskStates) > 0 && a.ClientStatus != api.AllocClientStatusLost {
+	if len(a.TaskStates) > 0 {
 		a.ClientStatus, a.ClientDescription = clientStatus(a.TaskStates)
 	}
 	idx := n.nextIndex()
-	a.ModifyIndex = idx
-	a.ModifyTime = time.Now().UnixNano()
-	n.allocsIndex = idx
+	a.ModifyIndex, a.ModifyTime, n.allocsIndex = idx, time.Now().UnixNano(), idx
 	n.publishLocked(idx, allocEvent("AllocationUpdated", a))
+	j := n.jobs[jobKey(a.Namespace, a.JobID)]
+	if j == nil || deref(j.job.CreateIndex) != a.jobCreateIndex {
+		j = nil
+	}
 	if a.terminal() && !wasTerminal {
 		a.finishedAt = time.Now()
-		for _, p := range a.Ports {
+		for _, p := range a.AllocatedResources.Shared.Ports {
 			delete(n.ports, p.Value)
 		}
-		if j := n.jobs[jobKey(a.Namespace, a.JobID)]; j != nil && deref(j.job.CreateIndex) == a.JobCreateIndex {
+		if j != nil {
 			n.reconcileLocked(j)
 		}
 	}
-	if j := n.jobs[jobKey(a.Namespace, a.JobID)]; j != nil {
+	if j != nil {
 		n.setJobStatusLocked(j)
 	}
-	n.mu.Unlock()
-	n.changed.Notify()
 }
 
 // clientStatus is Nomad's client rule: failed if a task failed, pending if
 // one has not started, running if one runs, complete when all are dead.
 func clientStatus(states map[string]*api.TaskState) (string, string) {
-	var failed, pending, running, dead bool
+	var failed, pending, running bool
 	for _, s := range states {
-		switch s.State {
-		case "running":
-			running = true
-		case "pending":
-			pending = true
-		case "dead":
-			if s.Failed {
-				failed = true
-			} else {
-				dead = true
-			}
-		}
+		failed = failed || s.State == "dead" && s.Failed
+		pending = pending || s.State == "pending"
+		running = running || s.State == "running"
 	}
 	switch {
 	case failed:
@@ -409,177 +307,73 @@ func clientStatus(states map[string]*api.TaskState) (string, string) {
 		return api.AllocClientStatusPending, "No tasks have started"
 	case running:
 		return api.AllocClientStatusRunning, "Tasks are running"
-	case dead:
-		return api.AllocClientStatusComplete, "All tasks have completed"
 	}
-	return api.AllocClientStatusPending, ""
+	return api.AllocClientStatusComplete, "All tasks have completed"
 }
 
-// ---- wire shapes ----
-
-// taskStateWire is api.TaskState as Nomad writes it: unset times are null.
-type taskStateWire struct {
-	State       string
-	Failed      bool
-	Restarts    uint64
-	LastRestart *time.Time
-	StartedAt   *time.Time
-	FinishedAt  *time.Time
-	Events      []*api.TaskEvent
-	TaskHandle  any
+// marshal is the allocation as Nomad answers it, taken with n.mu held;
+// without its job, as events carry it.
+func (a *alloc) marshal(withJob bool) json.RawMessage {
+	cp := a.Allocation
+	if !withJob {
+		cp.Job = nil
+	}
+	b, _ := json.Marshal(cp) // the API types always encode
+	return b
 }
-
-func timeOrNil(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
-
-func taskStatesWire(states map[string]*api.TaskState) map[string]*taskStateWire {
-	if len(states) == 0 {
-		return nil
-	}
-	out := make(map[string]*taskStateWire, len(states))
-	for name, s := range states {
-		evs := make([]*api.TaskEvent, len(s.Events))
-		for i, e := range s.Events {
-			cp := *e
-			evs[i] = &cp
-		}
-		out[name] = &taskStateWire{State: s.State, Failed: s.Failed, Restarts: s.Restarts,
-			LastRestart: timeOrNil(s.LastRestart), StartedAt: timeOrNil(s.StartedAt), FinishedAt: timeOrNil(s.FinishedAt), Events: evs}
-	}
-	return out
-}
-
-type allocatedWire struct {
-	api.AllocatedResources
-	TaskLifecycles map[string]*api.TaskLifecycle
-}
-
-type allocWire struct {
-	api.Allocation
-	AllocatedResources *allocatedWire
-	TaskStates         map[string]*taskStateWire
-}
-
-type allocStubWire struct {
-	api.AllocationListStub
-	TaskStates map[string]*taskStateWire
-}
-
-func (a *alloc) network() *api.NetworkResource {
-	nr := &api.NetworkResource{Mode: "host", IP: "127.0.0.1"}
-	for _, p := range a.Ports {
-		nr.DynamicPorts = append(nr.DynamicPorts, api.Port{Label: p.Label, Value: p.Value, To: p.To, HostNetwork: "default"})
-	}
-	return nr
-}
-
-// wire is the allocation as GET /v1/allocation/:id answers it.
-func (a *alloc) wire(withJob bool) allocWire {
-	tg := jobGroup(a.Job, a.TaskGroup)
-	ar := &allocatedWire{
-		AllocatedResources: api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{},
-			Shared: api.AllocatedSharedResources{DiskMB: 300}},
-		TaskLifecycles: map[string]*api.TaskLifecycle{},
-	}
-	cpu, mem := 0, 0
-	taskRes := map[string]*api.Resources{}
-	if tg != nil {
-		for _, t := range tg.Tasks {
-			c, m := 0, 0
-			if t.Resources != nil {
-				c, m = deref(t.Resources.CPU), deref(t.Resources.MemoryMB)
-			}
-			cpu, mem = cpu+c, mem+m
-			ar.Tasks[t.Name] = &api.AllocatedTaskResources{Cpu: api.AllocatedCpuResources{CpuShares: int64(c)},
-				Memory: api.AllocatedMemoryResources{MemoryMB: int64(m)}}
-			ar.TaskLifecycles[t.Name] = t.Lifecycle
-			taskRes[t.Name] = &api.Resources{CPU: new(c), MemoryMB: new(m)}
-		}
-	}
-	if len(a.Ports) > 0 {
-		ar.Shared.Networks = []*api.NetworkResource{a.network()}
-		for _, p := range a.Ports {
-			ar.Shared.Ports = append(ar.Shared.Ports, api.PortMapping{Label: p.Label, Value: p.Value, To: p.To, HostIP: "127.0.0.1"})
-		}
-	}
-	w := allocWire{
-		Allocation: api.Allocation{
-			ID: a.ID, Namespace: a.Namespace, EvalID: a.EvalID, Name: a.Name, NodeID: fakeNodeID, NodeName: fakeNodeName,
-			JobID: a.JobID, TaskGroup: a.TaskGroup,
-			Resources:     &api.Resources{CPU: new(cpu), MemoryMB: new(mem), DiskMB: new(300), Networks: ar.Shared.Networks},
-			TaskResources: taskRes,
-			DesiredStatus: a.DesiredStatus, DesiredDescription: a.DesiredDescription,
-			ClientStatus: a.ClientStatus, ClientDescription: a.ClientDescription,
-			PreviousAllocation: a.PreviousAllocation, NextAllocation: a.NextAllocation,
-			CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, AllocModifyIndex: a.AllocModifyIndex,
-			CreateTime: a.CreateTime, ModifyTime: a.ModifyTime,
-		},
-		AllocatedResources: ar,
-		TaskStates:         taskStatesWire(a.TaskStates),
-	}
-	if withJob {
-		w.Job = copyJob(a.Job)
-	}
-	return w
-}
-
-func (a *alloc) stub() allocStubWire {
-	return allocStubWire{
-		AllocationListStub: api.AllocationListStub{
-			ID: a.ID, EvalID: a.EvalID, Name: a.Name, Namespace: a.Namespace, NodeID: fakeNodeID, NodeName: fakeNodeName,
-			JobID: a.JobID, JobType: deref(a.Job.Type), JobVersion: deref(a.Job.Version), TaskGroup: a.TaskGroup,
-			DesiredStatus: a.DesiredStatus, DesiredDescription: a.DesiredDescription,
-			ClientStatus: a.ClientStatus, ClientDescription: a.ClientDescription,
-			NextAllocation: a.NextAllocation, CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex,
-			CreateTime: a.CreateTime, ModifyTime: a.ModifyTime,
-		},
-		TaskStates: taskStatesWire(a.TaskStates),
-	}
-}
-
-// ---- handlers ----
 
 func (n *Nomad) jobAllocations(w http.ResponseWriter, r *http.Request) {
 	id, ns := r.PathValue("id"), requestNamespace(r)
 	all := r.URL.Query().Get("all") == "true"
 	n.writeAllocStubs(w, func(a *alloc) bool {
-		if a.Namespace != ns || a.JobID != id {
-			return false
-		}
-		// Without all, only the allocations of the job as registered now
-		// (a purged and re-registered job starts afresh).
+		// Without all, only the job's current incarnation.
 		j := n.jobs[jobKey(ns, id)]
-		return all || j != nil && a.JobCreateIndex == deref(j.job.CreateIndex)
+		return a.Namespace == ns && a.JobID == id && (all || j != nil && a.jobCreateIndex == deref(j.job.CreateIndex))
 	})
 }
 
-// writeAllocStubs answers with the stubs of the allocations keep selects
-// (keep runs with n.mu held), newest first.
+// allocationList answers GET /v1/allocations: the allocations of a
+// namespace ("*" for all) whose ID starts with prefix.
+func (n *Nomad) allocationList(w http.ResponseWriter, r *http.Request) {
+	ns, prefix := requestNamespace(r), r.URL.Query().Get("prefix")
+	n.writeAllocStubs(w, func(a *alloc) bool {
+		return (ns == api.AllNamespacesNamespace || a.Namespace == ns) && strings.HasPrefix(a.ID, prefix)
+	})
+}
+
+// writeAllocStubs answers the stubs of the allocations keep selects (keep
+// runs with n.mu held), newest first.
 func (n *Nomad) writeAllocStubs(w http.ResponseWriter, keep func(a *alloc) bool) {
 	n.mu.Lock()
-	out := []allocStubWire{}
+	var list []*alloc
 	for _, a := range n.allocs {
 		if keep(a) {
-			out = append(out, a.stub())
+			list = append(list, a)
 		}
 	}
+	slices.SortFunc(list, func(a, b *alloc) int { return cmp.Compare(b.CreateIndex, a.CreateIndex) })
+	out := []api.AllocationListStub{}
+	for _, a := range list {
+		out = append(out, api.AllocationListStub{
+			ID: a.ID, EvalID: a.EvalID, Name: a.Name, Namespace: a.Namespace, NodeID: a.NodeID, NodeName: a.NodeName,
+			JobID: a.JobID, JobType: deref(a.Job.Type), JobVersion: deref(a.Job.Version), TaskGroup: a.TaskGroup,
+			DesiredStatus: a.DesiredStatus, DesiredDescription: a.DesiredDescription, ClientStatus: a.ClientStatus,
+			ClientDescription: a.ClientDescription, TaskStates: a.TaskStates, NextAllocation: a.NextAllocation,
+			CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, CreateTime: a.CreateTime, ModifyTime: a.ModifyTime,
+		})
+	}
 	idx := max(n.allocsIndex, 1)
+	b, _ := json.Marshal(out)
 	n.mu.Unlock()
-	sort.Slice(out, func(i, k int) bool { return out[i].CreateIndex > out[k].CreateIndex })
-	writeJSON(w, queryHeaders(idx), out)
+	writeJSON(w, queryHeaders(idx), json.RawMessage(b))
 }
 
 func (n *Nomad) allocation(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
 	n.mu.Lock()
-	a, ok := n.allocs[id]
-	var out allocWire
+	a, ok := n.allocs[r.PathValue("id")]
+	var out json.RawMessage
 	if ok {
-		out = a.wire(true)
+		out = a.marshal(true)
 	}
 	idx := max(n.allocsIndex, 1)
 	n.mu.Unlock()
@@ -590,24 +384,14 @@ func (n *Nomad) allocation(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, queryHeaders(idx), out)
 }
 
-// allocationList answers GET /v1/allocations: the allocations of a
-// namespace ("*" for all) whose ID starts with prefix, newest first.
-func (n *Nomad) allocationList(w http.ResponseWriter, r *http.Request) {
-	ns, prefix := requestNamespace(r), r.URL.Query().Get("prefix")
-	n.writeAllocStubs(w, func(a *alloc) bool {
-		return (ns == "*" || a.Namespace == ns) && strings.HasPrefix(a.ID, prefix)
-	})
-}
-
-// allocStop answers `nomad alloc stop`: as Nomad does, the allocation is
-// stopped (shutdown delay, kill timeout) and the scheduler places a
-// replacement, since the job still wants its count.
+// allocStop answers `nomad alloc stop`: the allocation stops and, as the
+// job still wants its count, the scheduler places a replacement.
 func (n *Nomad) allocStop(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
 	n.mu.Lock()
-	a, ok := n.allocs[id]
+	defer n.changed.Notify()
+	defer n.mu.Unlock()
+	a, ok := n.allocs[r.PathValue("id")]
 	if !ok {
-		n.mu.Unlock()
 		writeText(w, nil, http.StatusNotFound, "alloc not found")
 		return
 	}
@@ -616,9 +400,7 @@ func (n *Nomad) allocStop(w http.ResponseWriter, r *http.Request) {
 	if j := n.jobs[jobKey(a.Namespace, a.JobID)]; j != nil {
 		n.reconcileLocked(j)
 	}
-	n.mu.Unlock()
-	n.changed.Notify()
-	writeJSON(w, indexHeader(idx), map[string]any{"EvalID": newUUID(), "Index": idx})
+	writeResult(w, newUUID(), idx, 0, idx, nil)
 }
 
 // AllocationInfo is an allocation as tests inspect it.
@@ -632,30 +414,25 @@ type AllocationInfo struct {
 	PreviousAllocation string
 	Ports              map[string]int
 	TaskStates         map[string]*api.TaskState
-	// PIDs are the tasks' processes while they run.
-	PIDs map[string]int
+	PIDs               map[string]int // the tasks' processes while they run
 }
 
 // Allocations lists a job's allocations (every incarnation), oldest first.
 func (n *Nomad) Allocations(namespace, job string) []AllocationInfo {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var out []AllocationInfo
 	var list []*alloc
 	for _, a := range n.allocs {
 		if a.Namespace == namespace && a.JobID == job {
 			list = append(list, a)
 		}
 	}
-	sort.Slice(list, func(i, k int) bool { return list[i].CreateIndex < list[k].CreateIndex })
+	slices.SortFunc(list, func(a, b *alloc) int { return cmp.Compare(a.CreateIndex, b.CreateIndex) })
+	var out []AllocationInfo
 	for _, a := range list {
 		info := AllocationInfo{ID: a.ID, Job: a.JobID, Group: a.TaskGroup, Name: a.Name, DesiredStatus: a.DesiredStatus,
-			ClientStatus: a.ClientStatus, PreviousAllocation: a.PreviousAllocation, Ports: map[string]int{},
-			TaskStates: map[string]*api.TaskState{}, PIDs: map[string]int{}}
-		for k, v := range a.pids {
-			info.PIDs[k] = v
-		}
-		for _, p := range a.Ports {
+			ClientStatus: a.ClientStatus, PreviousAllocation: a.PreviousAllocation, Ports: map[string]int{}, PIDs: maps.Clone(a.pids)}
+		for _, p := range a.AllocatedResources.Shared.Ports {
 			info.Ports[p.Label] = p.Value
 		}
 		b, _ := json.Marshal(a.TaskStates)
@@ -665,79 +442,17 @@ func (n *Nomad) Allocations(namespace, job string) []AllocationInfo {
 	return out
 }
 
-// newTaskEvent makes a task event with Nomad's display message for its
-// type; set fills the type's fields.
-func newTaskEvent(typ, msg string, set func(e *api.TaskEvent)) *api.TaskEvent {
-	e := &api.TaskEvent{Type: typ, Time: time.Now().UnixNano(), Details: map[string]string{}, Message: msg}
-	if set != nil {
-		set(e)
-	}
-	e.DisplayMessage = displayMessage(e)
-	return e
-}
-
-// displayMessage is what Nomad's client writes as an event's
-// DisplayMessage.
-func displayMessage(e *api.TaskEvent) string {
-	switch e.Type {
-	case api.TaskReceived:
-		return "Task received by client"
-	case api.TaskSetup:
-		return e.Message
-	case api.TaskStarted:
-		return "Task started by client"
-	case api.TaskSetupFailure:
-		return cmp.Or(e.SetupError, "Task setup failed")
-	case api.TaskDriverFailure:
-		return cmp.Or(e.DriverError, "Failed to start task")
-	case api.TaskKilling:
-		if e.KillTimeout != 0 {
-			return fmt.Sprintf("Sent interrupt. Waiting %v before force killing", e.KillTimeout)
-		}
-		return "Sent interrupt"
-	case api.TaskKilled:
-		return cmp.Or(e.KillError, "Task successfully killed")
-	case api.TaskTerminated:
-		s := "Exit Code: " + strconv.Itoa(e.ExitCode)
-		if e.Signal != 0 {
-			s += ", Signal: " + strconv.Itoa(e.Signal)
-		}
-		if e.Message != "" {
-			s += fmt.Sprintf(", Exit Message: %q", e.Message)
-		}
-		return s
-	case api.TaskRestarting:
-		in := fmt.Sprintf("Task restarting in %v", time.Duration(e.StartDelay))
-		if e.RestartReason != "" && e.RestartReason != api.AllocRestartReasonWithinPolicy {
-			return e.RestartReason + " - " + in
-		}
-		return in
-	case api.TaskNotRestarting:
-		return cmp.Or(e.RestartReason, "Task exceeded restart policy")
-	case api.TaskSiblingFailed:
-		if e.FailedSibling != "" {
-			return fmt.Sprintf("Task's sibling %q failed", e.FailedSibling)
-		}
-		return "Task's sibling failed"
-	}
-	return e.Message
-}
-
-// setPID records (pid > 0) or clears a task's process, for tests; it is not
-// a change Nomad would publish.
+// setPID records (pid > 0) or clears a task's process, for tests.
 func (n *Nomad) setPID(allocID, task string, pid int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	a, ok := n.allocs[allocID]
-	if !ok {
-		return
-	}
-	if a.pids == nil {
-		a.pids = map[string]int{}
-	}
-	if pid > 0 {
+	if a, ok := n.allocs[allocID]; ok {
+		if a.pids == nil {
+			a.pids = map[string]int{}
+		}
 		a.pids[task] = pid
-	} else {
-		delete(a.pids, task)
+		if pid <= 0 {
+			delete(a.pids, task)
+		}
 	}
 }

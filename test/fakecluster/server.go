@@ -1,52 +1,43 @@
 package fakecluster
 
 import (
-	"cmp"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/datapath/broadcast"
 )
 
-// Fault makes a fake server answer requests with an error instead of
-// serving them, as a real agent does when a token lacks a permission or the
-// server is overloaded. The zero Fault (Status 0) is no fault.
+// Fault makes a fake agent answer matching requests with an error status
+// instead of serving them, as a real agent does when a token lacks a
+// permission or it has no leader. The zero Fault is no fault.
 type Fault struct {
-	// Status is the HTTP status to answer (403, 500, 503, ...).
-	Status int
-	// Body is the text/plain body; empty means the agent's usual words for
-	// Status ("Permission denied" for Nomad's 403, for example).
-	Body string
+	Status int // 403, 500, ...
 	// PathPrefix limits the fault to requests whose path starts with it
-	// ("/v1/job/"); empty means every request. Method, when set, limits it
-	// to one method.
+	// (empty: every request); Method, when set, to one method.
 	PathPrefix string
 	Method     string
 }
 
 func (f Fault) matches(r *http.Request) bool {
-	if f.Status == 0 {
-		return false
-	}
-	if f.Method != "" && !strings.EqualFold(f.Method, r.Method) {
-		return false
-	}
-	return strings.HasPrefix(r.URL.Path, f.PathPrefix)
+	return f.Status != 0 && (f.Method == "" || strings.EqualFold(f.Method, r.Method)) && strings.HasPrefix(r.URL.Path, f.PathPrefix)
 }
 
-// server is one fake agent's HTTP listener on 127.0.0.1. It can be taken
-// down (the port then refuses connections, and open streams break) and
-// brought back on the same address, and it can answer with an injected
-// fault.
+// server is one fake agent's listener on 127.0.0.1. It can be taken down
+// (connections refused, open streams broken) and brought back on the same
+// address, and it answers an injected fault in the agent's words.
 type server struct {
-	name    string
-	handler http.Handler
-	// forbidden is the agent's text for a 403, the one fault whose words
-	// differ between Nomad and Consul.
-	forbidden string
+	name      string
+	handler   http.Handler
+	forbidden string // the agent's text for a 403
 
 	mu    sync.Mutex
 	addr  string
@@ -55,8 +46,18 @@ type server struct {
 	wg    sync.WaitGroup
 }
 
-func newServer(name string, h http.Handler, forbidden string) *server {
-	return &server{name: name, handler: h, forbidden: forbidden}
+// newServer serves an agent's routes; any other request is a 404 saying
+// the fake does not implement it.
+func newServer(name, forbidden string, routes map[string]http.HandlerFunc) *server {
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.HandleFunc(pattern, h)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		msg := fmt.Sprintf("fake cluster: %s endpoint %s %s is not implemented by the fake", name, r.Method, r.URL.Path)
+		writeText(w, nil, http.StatusNotFound, msg)
+	})
+	return &server{name: name, handler: mux, forbidden: forbidden}
 }
 
 // start listens on addr ("127.0.0.1:0" picks a port) and serves.
@@ -68,11 +69,9 @@ func (s *server) start(addr string) error {
 	}
 	var ln net.Listener
 	var err error
-	// The port was ours a moment ago; after Down another process may hold
-	// it briefly (TIME_WAIT does not block a listener), so retry a little.
-	for attempt := 0; attempt < 50; attempt++ {
-		ln, err = net.Listen("tcp", addr)
-		if err == nil {
+	// After down another process may hold the port briefly: retry a little.
+	for range 50 {
+		if ln, err = net.Listen("tcp", addr); err == nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -83,11 +82,7 @@ func (s *server) start(addr string) error {
 	s.addr = ln.Addr().String()
 	srv := &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
 	s.srv = srv
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		_ = srv.Serve(ln)
-	}()
+	s.wg.Go(func() { _ = srv.Serve(ln) })
 	return nil
 }
 
@@ -95,31 +90,18 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	f := s.fault
 	s.mu.Unlock()
-	if f.matches(r) {
-		body := cmp.Or(f.Body, s.faultText(f.Status))
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(f.Status)
-		_, _ = w.Write([]byte(body))
+	if !f.matches(r) {
+		s.handler.ServeHTTP(w, r)
 		return
 	}
-	s.handler.ServeHTTP(w, r)
-}
-
-// faultText is what the agent says for a fault's status.
-func (s *server) faultText(status int) string {
-	switch status {
-	case http.StatusForbidden:
-		return s.forbidden
-	case http.StatusInternalServerError:
-		return "No cluster leader"
-	case http.StatusTooManyRequests:
-		return "rate limit exceeded"
+	text := http.StatusText(f.Status)
+	if f.Status == http.StatusForbidden {
+		text = s.forbidden
 	}
-	return http.StatusText(status)
+	writeText(w, nil, f.Status, text)
 }
 
-// down closes the listener and every open connection: clients then get
-// "connection refused" until up.
+// down closes the listener and every open connection.
 func (s *server) down() {
 	s.mu.Lock()
 	srv := s.srv
@@ -136,9 +118,6 @@ func (s *server) up() error {
 	s.mu.Lock()
 	addr := s.addr
 	s.mu.Unlock()
-	if addr == "" {
-		return errors.New("fake " + s.name + ": never started")
-	}
 	return s.start(addr)
 }
 
@@ -148,9 +127,92 @@ func (s *server) setFault(f Fault) {
 	s.mu.Unlock()
 }
 
-// url is the server's base URL (http://127.0.0.1:port).
 func (s *server) url() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return "http://" + s.addr
+}
+
+// block runs read until the index it reports is above the request's index
+// parameter, the request's wait (default 5 minutes, at most 10) passes,
+// the client goes or quit closes, and returns the last read: a blocking
+// query as both agents serve it. A query without an index answers at once.
+func block[T any](r *http.Request, n *broadcast.Signal, quit <-chan struct{}, read func() (T, uint64)) (T, uint64) {
+	q := r.URL.Query()
+	index, _ := strconv.ParseUint(q.Get("index"), 10, 64)
+	wait := 5 * time.Minute
+	if d, err := time.ParseDuration(q.Get("wait")); err == nil && d > 0 {
+		wait = min(d, 10*time.Minute)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		changed := n.Changed()
+		v, idx := read()
+		if index == 0 || idx > index {
+			return v, idx
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return read()
+		case <-r.Context().Done():
+			return v, idx
+		case <-quit:
+			return v, idx
+		}
+	}
+}
+
+func setHeaders(w http.ResponseWriter, headers map[string]string) {
+	for k, v := range headers {
+		w.Header().Set(k, v)
+	}
+}
+
+// writeJSON answers v as JSON with status 200 and the given headers.
+func writeJSON(w http.ResponseWriter, headers map[string]string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "fake cluster: encode response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	setHeaders(w, headers)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// writeText answers a plain-text error the way both agents do.
+func writeText(w http.ResponseWriter, headers map[string]string, status int, msg string) {
+	setHeaders(w, headers)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg)
+}
+
+// readBody reads a request body (at most 32 MiB); readJSON decodes it.
+func readBody(r *http.Request) ([]byte, error) { return io.ReadAll(io.LimitReader(r.Body, 32<<20)) }
+
+func readJSON(r *http.Request, v any) error {
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// newUUID returns a random ID in the 8-4-4-4-12 form Nomad and Consul use.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

@@ -21,6 +21,7 @@ var Floors = map[string]int{
 	"datapath/rawio":       0,
 	"datapath/h1":          0,
 	"datapath/broadcast":   0,
+	"datapath/h2proxy":     0,
 	"datapath/keepalive":   5, // over rawio and h1
 	"hcl":                  10,
 	"nomadjob":             10,
@@ -40,14 +41,20 @@ var Floors = map[string]int{
 	// Test machinery: above everything that ships, so it may use it; a
 	// package that ships never imports one (Roof).
 	"test/testbin":     80,
-	"test/rawhttp":     80,
+	"test/rawhttp":     81, // over testbin
+	"test/rawh2":       80,
 	"test/benchhttp":   80,
 	"test/fakeagents":  80,
 	"test/fixtures":    81, // over testbin
 	"test/fakecluster": 82,
 	"test/house":       80,
-	"bench/loadbench":  90,
-	"e2e":              90,
+	// A gRPC app (grpc-go's interop service) and its command: grpc-go is
+	// a dependency of test machinery only, so the shipped binary does not
+	// link it.
+	"test/grpcapp":             80,
+	"test/grpcapp/cmd/grpcapp": 81,
+	"bench/loadbench":          90,
+	"e2e":                      90,
 }
 
 // Roof is the first floor that does not ship: nothing below it may import
@@ -57,4 +64,10 @@ const Roof = 80
 // DatapathOnly are the packages that may import nothing of the module but
 // each other and spec: the request fast path, kept small enough to read
 // whole.
-var DatapathOnly = []string{"datapath/rawio", "datapath/h1", "datapath/broadcast", "datapath/keepalive"}
+var DatapathOnly = []string{"datapath/rawio", "datapath/h1", "datapath/broadcast", "datapath/keepalive", "datapath/h2proxy"}
+
+// TestOnlyModules are modules only test machinery and tests may use: a
+// package that ships must not link them, directly or through another
+// module (grpc-go would grow every sidecar's binary by megabytes for a test
+// app's sake).
+var TestOnlyModules = []string{"google.golang.org/grpc"}

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -136,6 +137,39 @@ func TestDatapathImportsNothingOfOurs(t *testing.T) {
 		for _, dep := range pkgs[pkg] {
 			if dep != "spec" && !slices.Contains(DatapathOnly, dep) {
 				t.Errorf("%s is on the request fast path and imports %s: it may import only its siblings and spec", pkg, dep)
+			}
+		}
+	}
+}
+
+// What ships links no test-only module: go list's dependencies of every
+// package below the roof (its non-test files, as the binary links them).
+func TestShippedLinksNoTestOnlyModule(t *testing.T) {
+	root, err := testbin.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shipped []string
+	for pkg, floor := range Floors {
+		if floor < Roof {
+			shipped = append(shipped, "./"+pkg)
+		}
+	}
+	slices.Sort(shipped)
+	cmd := exec.Command("go", append([]string{"list", "-deps", "-f", `{{if not .Standard}}{{.ImportPath}}{{end}}`}, shipped...)...)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"spec") {
+		t.Fatalf("go list -deps of the shipped packages does not list spec: %q", deps)
+	}
+	for _, dep := range deps {
+		for _, m := range TestOnlyModules {
+			if dep == m || strings.HasPrefix(dep, m+"/") {
+				t.Errorf("a package that ships links %s, of the test-only module %s", dep, m)
 			}
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // Response is one response read off a raw connection.
@@ -25,14 +27,30 @@ type Response struct {
 	Cut    bool // the response ended before its framing said
 }
 
+// Expect is what a test expects of an exchange, which tells the exchange
+// when it has heard everything: it reads until the server closes the
+// connection, or, when Closed is false, until Responses complete responses
+// have come and then Quiet passes without a byte (long enough to hear a
+// response too many). How long the server takes is never the end: a read
+// that waits on nothing it expects ends only at HangBound.
+type Expect struct {
+	Responses int
+	Closed    bool
+	Quiet     time.Duration
+}
+
+// HangBound bounds a whole exchange (scaled by testbin.Bound): it ends one
+// whose server neither answers as expected nor closes.
+const HangBound = 20 * time.Second
+
 // Exchange writes each part of a request stream to addr (pausing between
-// parts), then reads until the server closes the connection or it stays
-// quiet for quiet, and returns every response on it and whether the server
-// closed it. It reads while it writes, so a server that answers before it
-// has read everything is heard.
-func Exchange(t testing.TB, addr string, parts []string, pause, quiet time.Duration) ([]Response, bool) {
+// parts), then reads until want says the exchange is over, and returns
+// every response on the connection and whether the server closed it. It
+// reads while it writes, so a server that answers before it has read
+// everything is heard.
+func Exchange(t testing.TB, addr string, parts []string, pause time.Duration, want Expect) ([]Response, bool) {
 	t.Helper()
-	r := ExchangeDetail(t, addr, parts, pause, quiet)
+	r := ExchangeDetail(t, addr, parts, pause, want)
 	return r.Responses, r.Closed
 }
 
@@ -47,13 +65,14 @@ type Result struct {
 }
 
 // ExchangeDetail is Exchange, saying also whether the close was a reset.
-func ExchangeDetail(t testing.TB, addr string, parts []string, pause, quiet time.Duration) Result {
+func ExchangeDetail(t testing.TB, addr string, parts []string, pause time.Duration, want Expect) Result {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	hang := time.Now().Add(testbin.Bound(HangBound))
 	got := make(chan []byte, 1)
 	closed := make(chan bool, 1)
 	reset := make(chan bool, 1)
@@ -61,7 +80,11 @@ func ExchangeDetail(t testing.TB, addr string, parts []string, pause, quiet time
 		var all []byte
 		buf := make([]byte, 32<<10)
 		for {
-			c.SetReadDeadline(time.Now().Add(quiet))
+			deadline := hang
+			if !want.Closed && complete(all) >= want.Responses {
+				deadline = time.Now().Add(want.Quiet)
+			}
+			c.SetReadDeadline(deadline)
 			n, err := c.Read(buf)
 			all = append(all, buf[:n]...)
 			if err != nil {
@@ -83,6 +106,17 @@ func ExchangeDetail(t testing.TB, addr string, parts []string, pause, quiet time
 	}
 	wasClosed, wasReset, all := <-closed, <-reset, <-got
 	return Result{Responses: Parse(all), Closed: wasClosed, Reset: wasReset}
+}
+
+// complete counts the responses in all that are whole.
+func complete(all []byte) int {
+	n := 0
+	for _, r := range Parse(all) {
+		if !r.Cut {
+			n++
+		}
+	}
+	return n
 }
 
 // Parse splits bytes read off a connection into responses; one whose

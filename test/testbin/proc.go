@@ -123,7 +123,7 @@ func (p *Proc) Stop(tb testing.TB) int {
 }
 
 // WaitPort waits until 127.0.0.1:port accepts a TCP connection, failing the
-// test if the process exits first or timeout passes.
+// test if the process exits first or timeout (scaled by Bound) passes.
 func (p *Proc) WaitPort(tb testing.TB, port int, timeout time.Duration) {
 	tb.Helper()
 	if err := WaitPort(port, timeout, p.done); err != nil {
@@ -132,8 +132,9 @@ func (p *Proc) WaitPort(tb testing.TB, port int, timeout time.Duration) {
 }
 
 // WaitPort waits until 127.0.0.1:port accepts a TCP connection; it gives up
-// after timeout or when stop closes (stop may be nil).
+// after timeout (scaled by Bound) or when stop closes (stop may be nil).
 func WaitPort(port int, timeout time.Duration, stop <-chan struct{}) error {
+	timeout = Bound(timeout)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	deadline := time.Now().Add(timeout)
 	for {
@@ -154,10 +155,11 @@ func WaitPort(port int, timeout time.Duration, stop <-chan struct{}) error {
 }
 
 // Eventually calls cond every poll until it reports done and returns how
-// long that took; after timeout it fails the test with what and the state
-// cond last reported.
+// long that took; after timeout (scaled by Bound) it fails the test with
+// what and the state cond last reported.
 func Eventually(tb testing.TB, timeout, poll time.Duration, what string, cond func() (done bool, state string)) time.Duration {
 	tb.Helper()
+	timeout = Bound(timeout)
 	start := time.Now()
 	for {
 		done, state := cond()
@@ -169,17 +171,6 @@ func Eventually(tb testing.TB, timeout, poll time.Duration, what string, cond fu
 		}
 		time.Sleep(poll)
 	}
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("testbin: find a free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Buffer is an io.Writer safe for concurrent writers (a process's two

@@ -1,8 +1,10 @@
 // Package testbin gives component and e2e tests the real nomad-serverless
 // binary and a few helpers to run it: Path builds the binary once per test
-// process; Start runs a process whose end is registered in t.Cleanup;
-// FreePort and WaitPort deal with 127.0.0.1 ports; Eventually polls a
-// condition and Buffer collects output written concurrently.
+// process (Program any other main package of the module, such as a test
+// app); Start runs a process whose end is registered in t.Cleanup;
+// FreePort picks ports outside the ephemeral range and WaitPort waits for
+// one on 127.0.0.1; Eventually polls a condition (Bound scales its bound)
+// and Buffer collects output written concurrently.
 //
 // Set NOMAD_SERVERLESS_TEST_BIN to a prebuilt binary to skip the build.
 package testbin
@@ -28,28 +30,57 @@ const EnvBin = "NOMAD_SERVERLESS_TEST_BIN"
 // whose process is gone.
 const dirPrefix = "nomad-serverless-testbin-"
 
-// build is the one build of a test process. It is the package's only
-// process-wide state, which is what "once per test process" means.
-var build struct {
+// builds are the builds of a test process, one per main package. They are
+// the package's only process-wide state, which is what "once per test
+// process" means.
+var builds struct {
+	mu    sync.Mutex
+	byPkg map[string]*build
+}
+
+type build struct {
 	once sync.Once
 	path string
 	err  error
 }
 
+// binaryPackage is the main package of the binary that ships.
+const binaryPackage = "./cmd/nomad-serverless"
+
 // Path returns the path of a nomad-serverless binary built from
-// ./cmd/nomad-serverless, building it on the first call of the test process.
-// The build fails the test (not the process) with go build's output.
+// ./cmd/nomad-serverless, building it on the first call of the test process
+// (or the binary EnvBin names). The build fails the test (not the process)
+// with go build's output.
 func Path(tb testing.TB) string {
 	tb.Helper()
-	build.once.Do(func() { build.path, build.err = buildBinary() })
-	if build.err != nil {
-		tb.Fatalf("testbin: %v", build.err)
-	}
-	return build.path
+	return Program(tb, binaryPackage)
 }
 
-func buildBinary() (string, error) {
-	if p := os.Getenv(EnvBin); p != "" {
+// Program returns the path of the main package pkg of the module (a path
+// relative to its root, such as "./test/grpcapp/cmd/grpcapp"), built on the
+// first call of the test process for that package. A test app that must
+// not link into the shipped binary (it would grow it) is built this way.
+func Program(tb testing.TB, pkg string) string {
+	tb.Helper()
+	builds.mu.Lock()
+	if builds.byPkg == nil {
+		builds.byPkg = map[string]*build{}
+	}
+	b := builds.byPkg[pkg]
+	if b == nil {
+		b = &build{}
+		builds.byPkg[pkg] = b
+	}
+	builds.mu.Unlock()
+	b.once.Do(func() { b.path, b.err = buildBinary(pkg) })
+	if b.err != nil {
+		tb.Fatalf("testbin: %v", b.err)
+	}
+	return b.path
+}
+
+func buildBinary(pkg string) (string, error) {
+	if p := os.Getenv(EnvBin); p != "" && pkg == binaryPackage {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s=%s: %w", EnvBin, p, err)
 		}
@@ -64,11 +95,11 @@ func buildBinary() (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("make build directory: %w", err)
 	}
-	out := filepath.Join(dir, "nomad-serverless")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/nomad-serverless")
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/nomad-serverless in %s: %v\n%s", root, err, b)
+		return "", fmt.Errorf("go build %s in %s: %v\n%s", pkg, root, err, b)
 	}
 	return out, nil
 }

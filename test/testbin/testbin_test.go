@@ -96,3 +96,23 @@ func TestEventually(t *testing.T) {
 		t.Errorf("Buffer = %q", b.String())
 	}
 }
+
+// FreePort's ports lie outside the kernel's ephemeral range (no outgoing
+// connection takes them meanwhile), differ within a process, and are free.
+func TestFreePort(t *testing.T) {
+	lo, hi := DynamicPorts()
+	seen := map[int]bool{}
+	for range 50 {
+		p := FreePort(t)
+		if p < lo || p >= hi || seen[p] {
+			t.Fatalf("port %d: outside [%d, %d) or handed out twice", p, lo, hi)
+		}
+		seen[p] = true
+	}
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var elo, ehi int
+		if _, err := fmt.Sscan(string(b), &elo, &ehi); err == nil && lo <= ehi && hi > elo {
+			t.Errorf("range [%d, %d) overlaps the ephemeral range %d-%d", lo, hi, elo, ehi)
+		}
+	}
+}

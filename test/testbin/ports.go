@@ -1,0 +1,74 @@
+package testbin
+
+import (
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// FreePort returns a TCP port that was free on every address a moment ago,
+// for a process the test starts next to listen on. It is never one the
+// kernel hands to outgoing connections: a port of the ephemeral range, free
+// when asked, is soon the local port of some client's connection on a busy
+// machine (every test's clients take them by the thousand), and the process
+// started on it a moment later fails with "address already in use". It
+// picks at random below that range, as Nomad's dynamic ports do (20000 to
+// 32000), never the same twice in one test process, and checks the port by
+// listening on it on every address, as a sidecar binds.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	lo, hi := DynamicPorts()
+	handed.mu.Lock()
+	defer handed.mu.Unlock()
+	if handed.ports == nil {
+		handed.ports = map[int]bool{}
+	}
+	for range 1000 {
+		p := lo + rand.IntN(hi-lo)
+		if handed.ports[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		handed.ports[p] = true
+		return p
+	}
+	tb.Fatalf("testbin: no free port in %d-%d after 1000 tries", lo, hi-1)
+	return 0
+}
+
+// handed are the ports FreePort returned in this process.
+var handed struct {
+	mu    sync.Mutex
+	ports map[int]bool
+}
+
+// DynamicPorts is the range [lo, hi) FreePort picks from: Nomad's 20000 to
+// 32000, or, where the kernel's ephemeral range overlaps it, the widest
+// stretch outside that range.
+func DynamicPorts() (lo, hi int) {
+	elo, ehi := 32768, 60999 // Linux's default ephemeral range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			a, err1 := strconv.Atoi(f[0])
+			b, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && a <= b {
+				elo, ehi = a, b
+			}
+		}
+	}
+	if elo >= 32000 || ehi < 20000 {
+		return 20000, 32000
+	}
+	if below, above := elo-1024, 65535-ehi; below >= above {
+		return 1024, elo
+	}
+	return ehi + 1, 65536
+}
