@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -36,6 +38,7 @@ func (g *Gateway) rebuild() {
 			}
 			r = newRevision(cr.Name, cr.Service, ns, g.metrics.forRevision(cr.Service, cr.Name))
 			r.wake = g.maybeWake
+			r.wakes = g.wakes
 			g.revs[cr.Name] = r
 		}
 		timeout := cr.Timeout
@@ -50,7 +53,11 @@ func (g *Gateway) rebuild() {
 		for _, a := range allocs {
 			known[probeKey{hostPort(a.Address, a.Port), a.ID}] = true
 		}
-		eps := r.tracker.update(allocs, g.cat.Ready(cr.Name), probed)
+		ready := g.cat.Ready(cr.Name)
+		eps := r.tracker.update(allocs, ready, probed)
+		if g.wakes.active.Load() > 0 {
+			g.wakes.consulPassing(cr.Name, passingAllocs(allocs, ready))
+		}
 		g.installPool(r, eps, cfg.concurrency)
 		for _, e := range eps {
 			if e.NeedsProbe {
@@ -126,6 +133,25 @@ func (g *Gateway) rebuild() {
 	g.counters = counters
 	g.table.Store(t)
 	g.prober.sync(want, known)
+}
+
+// passingAllocs are the allocations Consul lists passing (the two meet on
+// address:port, as in endpointTracker).
+func passingAllocs(allocs []catalog.Allocation, ready []consulroute.Instance) []string {
+	if len(ready) == 0 {
+		return nil
+	}
+	listed := make(map[string]bool, len(ready))
+	for _, in := range ready {
+		listed[hostPort(in.Address, in.Port)] = true
+	}
+	var ids []string
+	for _, a := range allocs {
+		if listed[hostPort(a.Address, a.Port)] {
+			ids = append(ids, a.ID)
+		}
+	}
+	return ids
 }
 
 // addHost adds a host unless another route has it: a service's own host wins

@@ -493,3 +493,48 @@ func TestComponentRouteChangeUnderLoad(t *testing.T) {
 		t.Fatalf("traffic %v: both revisions should have served", count)
 	}
 }
+
+// (7) A wake from zero over real sidecars is timed: the timeline reaches
+// OnWake with the gateway's and the sidecar's steps present and in their
+// causal order (the local cluster is no Nomad: its steps are missing), its
+// total is the first byte's time after the held request, and each step
+// lands in the histogram.
+func TestComponentWakeTimeline(t *testing.T) {
+	timelines := make(chan spec.WakeTimeline, 4)
+	s := startStack(t, stackOptions{checkInterval: 200 * time.Millisecond, gateway: func(c *Config) {
+		c.OnWake = func(tl spec.WakeTimeline) { timelines <- tl }
+	}})
+	s.g.wakes.settle = 3 * time.Second // Nomad's steps never come here
+	s.addService(t, "hello", []catalog.Revision{{Name: "hello-00001"}}, localcluster.App{})
+
+	start := time.Now()
+	if r := s.do(context.Background(), "hello.default.localhost", "/"); r.code != 200 {
+		t.Fatalf("request at zero: %d %s", r.code, r.body)
+	}
+	answered := time.Since(start)
+	var tl spec.WakeTimeline
+	select {
+	case tl = <-timelines:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no wake timeline within 30s")
+	}
+	for _, step := range []spec.WakeStep{spec.WakeHeld, spec.WakeSidecarUp, spec.WakeAppAccepted, spec.WakeAppReady,
+		spec.WakeProbeReady, spec.WakeSent, spec.WakeFirstByte, spec.WakeConsulPassing} {
+		if _, ok := tl.At(step); !ok {
+			t.Errorf("step %s missing from %+v", step, tl)
+		}
+	}
+	if bad := tl.OutOfOrder(0); len(bad) > 0 {
+		t.Errorf("steps out of order: %v", bad)
+	}
+	if fb, ok := tl.FirstByte(); !ok || fb <= 0 || fb > answered {
+		t.Errorf("first byte %s after the held request, but the client had its answer %s after sending", fb, answered)
+	}
+	if tl.Revision != "hello-00001" || tl.Service != "hello" || tl.Replica != "test" || tl.Alloc == "" {
+		t.Errorf("timeline of %s/%s by %s for alloc %q", tl.Service, tl.Revision, tl.Replica, tl.Alloc)
+	}
+	if n := counter(t, s.reg, "nomad_serverless_activator_wake_step_seconds", map[string]string{"service": "hello", "step": string(spec.WakeFirstByte)}); n != 1 {
+		t.Errorf("first_byte observed %v times in the wake step histogram, want 1", n)
+	}
+	t.Logf("%s", tl.Summary())
+}

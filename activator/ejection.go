@@ -86,7 +86,7 @@ func (g *Gateway) probeEjected(ctx context.Context, r *revision, b *backend) {
 		}
 		// Not held (hold 0): between probes b.retired() is looked at,
 		// and an ejected instance's recovery is no cold start.
-		res := g.prober.probeOnce(ctx, url, 0)
+		res, _ := g.prober.probeOnce(ctx, url, 0)
 		g.metrics.probes.WithLabelValues(r.name, res).Inc()
 		if res != "ready" {
 			continue

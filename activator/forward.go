@@ -223,6 +223,9 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 	defer uc.end()
 
 	before := uc.rw.Written()
+	if f.wake != nil {
+		f.wake.sending()
+	}
 	writeRequestHead(uc.bw, r, f.rev.header[0])
 	uc.rw.AwaitReply() // the fast path's requests have no body
 	err := uc.bw.Flush()
@@ -262,6 +265,9 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 		return res, errNotServed
 	}
 	f.status = status
+	if f.wake != nil {
+		f.wake.answered(f.b.alloc)
+	}
 	if status == http.StatusSwitchingProtocols {
 		return res, errors.New("instance switched protocols for a request that asked for no upgrade")
 	}

@@ -55,6 +55,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // Autoscaler is what the activator needs from the autoscaler: somewhere to
@@ -117,6 +118,18 @@ type Config struct {
 	// (443 is left out of the URL).
 	TLS       TLS
 	HTTPSPort int
+
+	// WakeRecorder, if set, keeps the timeline of every wake this gateway
+	// held a request for where users look (serve: a Nomad scaling event of
+	// the revision). OnWake, if set, is told of each too (tests, the
+	// benchmark's cold-start split).
+	WakeRecorder WakeRecorder
+	OnWake       func(spec.WakeTimeline)
+}
+
+// WakeRecorder keeps a wake's timeline (spec.WakeTimeline).
+type WakeRecorder interface {
+	RecordWake(ctx context.Context, t spec.WakeTimeline) error
 }
 
 // Defaults.
@@ -166,6 +179,7 @@ type Gateway struct {
 	proxy     *httputil.ReverseProxy
 	buffers   *bufferPool
 	prober    *prober
+	wakes     *wakeTracker
 
 	table atomic.Pointer[table]
 
@@ -258,10 +272,12 @@ func New(cfg Config) (*Gateway, error) {
 	g.metrics = m
 	g.prober = newProber(rt, cfg.ProbeInterval, cfg.ProbeWindow, log, m)
 	g.prober.guard = g.guard
-	g.prober.onReady = func(rev, hp string, at time.Time) {
+	g.wakes = newWakeTracker(cfg.Replica, cfg.QueueTimeout+wakeSettle, g.wakeDone)
+	g.prober.onReady = func(rev string, k probeKey, at time.Time, it spec.InstanceTimes) {
 		g.requestRebuild()
+		g.wakes.probeReady(rev, k.Alloc, at, it)
 		if cfg.OnInstanceReady != nil {
-			cfg.OnInstanceReady(rev, hp, at)
+			cfg.OnInstanceReady(rev, k.HostPort, at)
 		}
 	}
 	g.buffers = newBufferPool()
@@ -680,4 +696,55 @@ func (g *Gateway) guard(what string) {
 func (g *Gateway) safeRebuild() {
 	defer g.guard("routing table rebuild")
 	g.rebuild()
+}
+
+// wakeDone takes a finished wake's timeline: its steps go to the
+// histograms, a line to the log, and the timeline to OnWake and the
+// WakeRecorder (in the background: a request never waits for it).
+func (g *Gateway) wakeDone(t spec.WakeTimeline) {
+	g.metrics.observeWake(t)
+	g.log.Info("wake timed", "revision", t.Revision, "alloc", t.Alloc, "summary", t.Summary())
+	if g.cfg.OnWake != nil {
+		g.cfg.OnWake(t)
+	}
+	rec := g.cfg.WakeRecorder
+	ctxp := g.runCtx.Load()
+	if rec == nil || ctxp == nil || (*ctxp).Err() != nil {
+		return
+	}
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		defer g.guard("record a wake's timeline")
+		ctx, cancel := context.WithTimeout(*ctxp, 10*time.Second)
+		defer cancel()
+		if err := rec.RecordWake(ctx, t); err != nil {
+			g.log.Warn("record a wake's timeline", "revision", t.Revision, "err", err)
+		}
+	}()
+}
+
+// NoteScaledFromZero tells the gateway that Nomad's job of revision now
+// has a count above zero where it had none, written at at (the job's
+// submit time, from Nomad's event stream): the scale-up a wake waits for.
+func (g *Gateway) NoteScaledFromZero(revision string, at time.Time) {
+	if r := g.table.Load().revisions[revision]; r != nil {
+		g.wakes.scaledFromZero(r, at)
+	}
+}
+
+// NoteEvaluation tells the gateway that Nomad created an evaluation of
+// revision's job (from its event stream), for the wake timelines.
+func (g *Gateway) NoteEvaluation(revision, id string, created time.Time) {
+	if g.wakes.active.Load() > 0 {
+		g.wakes.evaluation(revision, id, created)
+	}
+}
+
+// NoteAllocation tells the gateway what Nomad's event stream says of an
+// allocation, for the wake timelines. Cheap when no wake is timed.
+func (g *Gateway) NoteAllocation(a AllocationTimes) {
+	if g.wakes.active.Load() > 0 {
+		g.wakes.allocation(a)
+	}
 }

@@ -2,6 +2,8 @@ package activator
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // Metric names: nomad_serverless_gateway_* for routing and proxying,
@@ -32,6 +34,7 @@ type metrics struct {
 	panics      prometheus.Counter
 	rebuilds    prometheus.Counter
 	reports     *prometheus.CounterVec
+	wakeSteps   *prometheus.HistogramVec
 }
 
 // revisionMetrics are one revision's children, resolved once so a request
@@ -115,10 +118,17 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Namespace: actNS, Name: "demand_reports_total",
 			Help: "Demand reports sent to the autoscaler, by result (ok, error).",
 		}, []string{"result"}),
+		// By service, not revision: a wake is rare per revision, and a
+		// dashboard asks where a service's cold starts go.
+		wakeSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: actNS, Name: "wake_step_seconds",
+			Help:    "Steps of the wakes from zero this replica held a request for: each step's time since the step before it in the wake's timeline (step: held, scale_written, evaluation_created, allocation_placed, allocation_seen, client_received, sidecar_task_started, app_task_started, sidecar_started, app_accepted, app_ready, probe_ready, request_sent, first_byte, consul_passing).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"service", "step"}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.duration, m.retries, m.notRetried, m.ejections, m.rejected, m.queueWait, m.wakes,
-		m.probes, m.probeReady, m.unknownHost, m.redirects, m.panics, m.rebuilds, m.reports,
+		m.probes, m.probeReady, m.unknownHost, m.redirects, m.panics, m.rebuilds, m.reports, m.wakeSteps,
 		&stateCollector{g: g},
 	} {
 		if err := reg.Register(c); err != nil {
@@ -158,6 +168,16 @@ func (m *metrics) forget(service, revision string) {
 	m.queueWait.DeletePartialMatch(l)
 	m.wakes.DeletePartialMatch(l)
 	m.probes.DeletePartialMatch(prometheus.Labels{"revision": revision})
+}
+
+// observeWake adds a wake's steps to the histogram: each step's time since
+// the one before it (the first step has none).
+func (m *metrics) observeWake(t spec.WakeTimeline) {
+	for i, st := range t.Steps {
+		if i > 0 {
+			m.wakeSteps.WithLabelValues(t.Service, string(st.Step)).Observe(st.Delta.Seconds())
+		}
+	}
 }
 
 // codeIndex maps a status code to its class in codeClasses.

@@ -26,8 +26,9 @@ type prober struct {
 	log      *slog.Logger
 	metrics  *metrics
 	// onReady is called (from the probing goroutine) after a success is
-	// recorded; the gateway rebuilds its table.
-	onReady func(rev, hostPort string, at time.Time)
+	// recorded, with the times the sidecar sent (spec.InstanceTimesHeader);
+	// the gateway rebuilds its table.
+	onReady func(rev string, k probeKey, at time.Time, it spec.InstanceTimes)
 	// guard recovers a panic in a probing goroutine (Gateway.guard).
 	guard func(what string)
 
@@ -134,7 +135,9 @@ func (p *prober) probeUntilReady(ctx context.Context, k probeKey, rev string) {
 			return
 		case <-t.C:
 		}
-		res := p.probeOnce(ctx, url, min(probeHold, time.Until(deadline)))
+		hold := min(probeHold, time.Until(deadline))
+		began := time.Now()
+		res, it := p.probeOnce(ctx, url, hold)
 		p.metrics.probes.WithLabelValues(rev, res).Inc()
 		if res == "ready" {
 			now := time.Now()
@@ -145,7 +148,7 @@ func (p *prober) probeUntilReady(ctx context.Context, k probeKey, rev string) {
 			p.mu.Unlock()
 			p.log.Debug("probe ready", "revision", rev, "instance", k.HostPort, "alloc", k.Alloc, "after", now.Sub(start))
 			if p.onReady != nil {
-				p.onReady(rev, k.HostPort, now)
+				p.onReady(rev, k, now, it)
 			}
 			return
 		}
@@ -157,8 +160,33 @@ func (p *prober) probeUntilReady(ctx context.Context, k probeKey, rev string) {
 			p.log.Info("allocation not ready within the probe window; waiting for its Consul check", "revision", rev, "instance", k.HostPort, "window", p.window)
 			return
 		}
-		t.Reset(p.interval)
+		t.Reset(nextProbe(res, time.Since(began), hold, p.interval))
 	}
+}
+
+// refusedRetry is the wait after a probe of a new allocation that got no
+// answer at once: its sidecar does not listen yet. A refused connection
+// costs the node a reset; waiting a whole probe interval for the next one
+// put up to 25 ms into every cold start whose sidecar starts after its app
+// (a docker app's poststart sidecar), since nothing tells the gateway when
+// the sidecar starts listening.
+const refusedRetry = 5 * time.Millisecond
+
+// nextProbe is the wait before the next probe of a new allocation after
+// one that was not ready (res) and took took: none after a probe the
+// sidecar held for its whole hold (it was waiting with us, and the app
+// may be ready any moment: a gap would be a gap in our attention),
+// refusedRetry after one that failed (no sidecar listening yet), the
+// probe interval after a quick "not ready" (a sidecar that does not hold
+// probes).
+func nextProbe(res string, took, hold, interval time.Duration) time.Duration {
+	switch {
+	case hold > 0 && took >= hold:
+		return 0
+	case res == "error":
+		return min(interval, refusedRetry)
+	}
+	return interval
 }
 
 // probeHold is how long one probe asks the sidecar to hold it while the
@@ -170,14 +198,14 @@ const probeHold = 2 * time.Second
 
 // probeOnce sends K-Network-Probe: queue, asking the sidecar to hold it up
 // to hold; the sidecar answers 200 "queue" when its app is ready and it is
-// not draining.
-func (p *prober) probeOnce(ctx context.Context, url string, hold time.Duration) string {
+// not draining, with the instance's times for the wake's timeline.
+func (p *prober) probeOnce(ctx context.Context, url string, hold time.Duration) (string, spec.InstanceTimes) {
 	hold = max(hold, 0)
 	ctx, cancel := context.WithTimeout(ctx, hold+max(4*p.interval, 250*time.Millisecond))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "error"
+		return "error", spec.InstanceTimes{}
 	}
 	req.Header.Set(spec.ProbeHeader, spec.ProbeHeaderValue)
 	if hold > 0 {
@@ -188,12 +216,12 @@ func (p *prober) probeOnce(ctx context.Context, url string, hold time.Duration) 
 	req.Close = true
 	resp, err := p.rt.RoundTrip(req)
 	if err != nil {
-		return "error"
+		return "error", spec.InstanceTimes{}
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusOK && bytes.Equal(bytes.TrimSpace(body), []byte(spec.ProbeHeaderValue)) {
-		return "ready"
+		return "ready", spec.ParseInstanceTimes(resp.Header.Get(spec.InstanceTimesHeader))
 	}
-	return "not_ready"
+	return "not_ready", spec.InstanceTimes{}
 }

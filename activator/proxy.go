@@ -43,6 +43,9 @@ type forward struct {
 	status   int           // the instance's status code, 0 if none
 	err      error         // why the proxy failed, if it did
 	tries    int
+	// wake is the wake from zero this request waited through, whose
+	// timeline it stamps (sent, first byte); nil for every other request.
+	wake *wake
 	// vals backs the values of the response header forwardH1 reads:
 	// one allocation with the forward instead of one per header. A forward
 	// is never reused, so the header map may keep them after the request.
@@ -118,6 +121,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	b := rev.tryAcquire()
+	var wk *wake
 	if b == nil {
 		ctx, cancel := context.WithDeadline(r.Context(), deadline)
 		var err error
@@ -128,10 +132,11 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			status = g.writeAcquireError(w, r, rev, cfg, err)
 			return
 		}
+		wk = rev.openWake.Load()
 	}
 	rev.inflight.Add(1)
 	rev.budget.deposit()
-	f = &forward{g: g, rev: rev, b: b, deadline: deadline, stall: cfg.timeout + stallSlack}
+	f = &forward{g: g, rev: rev, b: b, deadline: deadline, stall: cfg.timeout + stallSlack, wake: wk}
 	defer func() {
 		rev.inflight.Add(-1)
 		if f.b != nil {
@@ -314,6 +319,9 @@ func rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Scheme = "http"
 	out.URL.Host = f.b.hostPort
 	out.Host = pr.In.Host
+	if f.wake != nil {
+		f.wake.sending()
+	}
 	// The revision the gateway chose, whatever the client sent.
 	out.Header[revisionHeaderKey] = f.rev.header
 	// X-Forwarded-*: keep what a load balancer in front of us set, and
@@ -338,6 +346,9 @@ func modifyResponse(resp *http.Response) error {
 			return errStartedLate // proxyError answers 504
 		}
 		f.status = resp.StatusCode
+		if f.wake != nil && f.b != nil {
+			f.wake.answered(f.b.alloc)
+		}
 		f.closeUnlessBodyRead(resp.Header)
 		if f.body != nil && !f.body.h1 {
 			// An answer that ends while the client still sends must not

@@ -70,6 +70,10 @@ type revision struct {
 	metrics *revisionMetrics
 	// wake asks the autoscaler for a decision (Gateway.maybeWake).
 	wake func(*revision)
+	// wakes times wakes from zero (wake.go); openWake is the one requests
+	// that wait now join, nil while none is open.
+	wakes    *wakeTracker
+	openWake atomic.Pointer[wake]
 }
 
 type waiter struct {
@@ -140,7 +144,8 @@ func (r *revision) wait(ctx context.Context, depth int, queueTimeout time.Durati
 	// Announce before the last try: a release that happens after this try
 	// sees queued > 0 and dispatches (under mu, so after we joined).
 	r.queued.Add(1)
-	if r.waiters.Len() == 0 {
+	first := r.waiters.Len() == 0
+	if first {
 		if b := r.pool.Load().acquire(); b != nil {
 			r.queued.Add(-1)
 			r.mu.Unlock()
@@ -150,6 +155,11 @@ func (r *revision) wait(ctx context.Context, depth int, queueTimeout time.Durati
 	w := &waiter{ch: make(chan *backend, 1)}
 	w.el = r.waiters.PushBack(w)
 	r.mu.Unlock()
+	// The first request held for a revision with no instance starts a
+	// wake's timeline, before the autoscaler hears of it.
+	if first && r.wakes != nil && len(r.pool.Load().backends) == 0 {
+		r.wakes.open(r)
+	}
 	if r.wake != nil {
 		r.wake(r)
 	}

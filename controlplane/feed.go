@@ -7,9 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/activator"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // The feeders keep the control plane's catalog in step with Nomad and
@@ -47,7 +49,9 @@ const streamResetAfter = 30 * time.Second
 // listed, when not nil, is called once, after the first listing is in the
 // catalog: from then on a revision missing from it is one Nomad does not
 // run (the stand-in keeper waits for that before it removes anything).
-func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, listed func(), log *slog.Logger) error {
+//
+// wakes, when not nil, hears of the events that time a wake (noteWake).
+func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, wakes wakeNotes, listed func(), log *slog.Logger) error {
 	for attempt := 0; ; {
 		since, err := listNomad(ctx, src, cat, tags, log)
 		if err != nil {
@@ -58,7 +62,10 @@ func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags 
 			listed = nil
 		}
 		opened := time.Now()
-		next, err := src.StreamEvents(ctx, since, func(ev nomadjob.Event) { applyNomadEvent(cat, tags, ev) })
+		next, err := src.StreamEvents(ctx, since, func(ev nomadjob.Event) {
+			noteWake(cat, wakes, ev)
+			applyNomadEvent(cat, tags, ev)
+		})
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -166,6 +173,38 @@ func applyNomadEvent(cat *catalog.Catalog, tags *revisionTags, ev nomadjob.Event
 		default:
 			cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
 				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running, Starting: a.Starting()})
+		}
+	}
+}
+
+// wakeNotes is what the wake timelines need of Nomad's events
+// (*activator.Gateway).
+type wakeNotes interface {
+	NoteScaledFromZero(revision string, at time.Time)
+	NoteEvaluation(revision, id string, created time.Time)
+	NoteAllocation(a activator.AllocationTimes)
+}
+
+// noteWake passes on what an event says of a wake: a revision's count
+// raised from zero (read against the catalog before the event is applied)
+// with the time Nomad wrote it, an evaluation's create time, an
+// allocation's placement and task starts. Events come as Nomad streams
+// them: nothing is asked of Nomad for this.
+func noteWake(cat *catalog.Catalog, wakes wakeNotes, ev nomadjob.Event) {
+	if wakes == nil {
+		return
+	}
+	switch ev.Kind {
+	case nomadjob.EventRevisionUpdated:
+		if old, ok := cat.Revision(ev.Revision.Name); ok && old.Desired == 0 && ev.Revision.Count > 0 && !ev.Revision.Stopped {
+			wakes.NoteScaledFromZero(ev.Revision.Name, ev.Submitted)
+		}
+	case nomadjob.EventEvaluationUpdated:
+		wakes.NoteEvaluation(ev.Evaluation.Revision, ev.Evaluation.ID, ev.Evaluation.Created)
+	case nomadjob.EventAllocationUpdated:
+		if a := ev.Allocation; !a.Stopped && a.HTTPPort != 0 {
+			wakes.NoteAllocation(activator.AllocationTimes{Revision: a.Revision, ID: a.ID, EvalID: a.EvalID,
+				Placed: a.Created, Received: a.Received, SidecarStarted: a.SidecarStarted, AppStarted: a.AppStarted})
 		}
 	}
 }
@@ -325,4 +364,18 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// wakeRecorder keeps each wake's timeline as a scaling event of its
+// revision with no count: Nomad writes it alone (no job version, no
+// evaluation), `nomad job scaling-events` shows its message (the wake's
+// total) and meta (every step), and `status` reads it back
+// (rollout.Inspector). One write per wake, by the replica that held the
+// request, whichever leads: nothing to push to the leader, nothing lost
+// when leadership moves, and read with the deploy user's token that
+// `status` already has.
+type wakeRecorder struct{ nomad *nomadjob.Client }
+
+func (r wakeRecorder) RecordWake(ctx context.Context, t spec.WakeTimeline) error {
+	return r.nomad.RecordScalingEvent(ctx, t.Revision, t.Summary(), t.ScalingMeta())
 }

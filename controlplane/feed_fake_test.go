@@ -53,7 +53,7 @@ func TestFeedNomadCatchesUpAfterLosingEvents(t *testing.T) {
 	}
 	cat := catalog.New()
 	done := make(chan error, 1)
-	go func() { done <- feedNomad(ctx, nc, cat, newRevisionTags(), nil, quietLog) }()
+	go func() { done <- feedNomad(ctx, nc, cat, newRevisionTags(), nil, nil, quietLog) }()
 	defer func() {
 		cancel()
 		<-done

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/activator"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
@@ -75,7 +76,7 @@ func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = feedNomad(ctx, src, cat, newRevisionTags(), nil, quietLog) }()
+	go func() { _ = feedNomad(ctx, src, cat, newRevisionTags(), nil, nil, quietLog) }()
 	select {
 	case since := <-src.since:
 		if since != 42 {
@@ -117,6 +118,52 @@ func TestApplyNomadEventDeletesTerminalAllocationsAndDeregisteredRevisions(t *te
 	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "r-00001"}})
 	if _, ok := cat.Revision("r-00001"); ok {
 		t.Fatal("deregistered revision still in the catalog")
+	}
+}
+
+// wakeLog records what the feed tells the wake timelines.
+type wakeLog struct{ notes []string }
+
+func (w *wakeLog) NoteScaledFromZero(rev string, at time.Time) {
+	w.notes = append(w.notes, fmt.Sprintf("scaled %s %d", rev, at.UnixNano()))
+}
+func (w *wakeLog) NoteEvaluation(rev, id string, created time.Time) {
+	w.notes = append(w.notes, fmt.Sprintf("eval %s %s %d", rev, id, created.UnixNano()))
+}
+func (w *wakeLog) NoteAllocation(a activator.AllocationTimes) {
+	w.notes = append(w.notes, fmt.Sprintf("alloc %s %s %s placed %d received %d sidecar %d app %d", a.Revision, a.ID, a.EvalID,
+		a.Placed.UnixNano(), a.Received.UnixNano(), a.SidecarStarted.UnixNano(), a.AppStarted.UnixNano()))
+}
+
+// The wake timelines hear of a count raised from zero (not of a first
+// registration, nor of a raise from one), with the time Nomad wrote it, of
+// evaluations, and of allocations with ports that are not stopping.
+func TestNoteWake(t *testing.T) {
+	cat := catalog.New()
+	wl := &wakeLog{}
+	apply := func(ev nomadjob.Event) {
+		noteWake(cat, wl, ev)
+		applyNomadEvent(cat, newRevisionTags(), ev)
+	}
+	at := func(ms int64) time.Time { return time.Unix(0, ms*int64(time.Millisecond)) }
+	rev := func(count int) nomadjob.RevisionInfo {
+		return nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: count}
+	}
+	apply(nomadjob.Event{Kind: nomadjob.EventRevisionRegistered, Revision: rev(1), Submitted: at(1)})
+	apply(nomadjob.Event{Kind: nomadjob.EventRevisionUpdated, Revision: rev(0), Submitted: at(2)})
+	apply(nomadjob.Event{Kind: nomadjob.EventRevisionUpdated, Revision: rev(1), Submitted: at(3)})
+	apply(nomadjob.Event{Kind: nomadjob.EventRevisionUpdated, Revision: rev(2), Submitted: at(4)})
+	apply(nomadjob.Event{Kind: nomadjob.EventEvaluationUpdated, Evaluation: nomadjob.EvaluationEvent{ID: "e", Revision: "r-00001", Created: at(5)}})
+	apply(nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", HTTPPort: 80,
+		EvalID: "e", Created: at(6), Received: at(7), SidecarStarted: at(8), AppStarted: at(9)}})
+	apply(nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "b", Revision: "r-00001", HTTPPort: 80, Stopped: true}})
+	want := []string{
+		"scaled r-00001 3000000",
+		"eval r-00001 e 5000000",
+		"alloc r-00001 a e placed 6000000 received 7000000 sidecar 8000000 app 9000000",
+	}
+	if !slices.Equal(wl.notes, want) {
+		t.Errorf("notes:\n%s\nwant\n%s", strings.Join(wl.notes, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -286,7 +333,7 @@ func TestFeedNomadListsAgainWhenTheStreamEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- feedNomad(ctx, src, cat, newRevisionTags(), nil, quietLog) }()
+	go func() { done <- feedNomad(ctx, src, cat, newRevisionTags(), nil, nil, quietLog) }()
 	waitFor(t, "the second listing in the catalog", func() bool {
 		_, gone := cat.Revision("gone-00001")
 		k, _ := cat.Revision("kept-00001")
@@ -307,7 +354,7 @@ func TestFeedNomadReturnsAPermanentStreamError(t *testing.T) {
 	src := &scriptedNomadSource{listings: [][]nomadjob.RevisionStatus{nil}, allocs: []map[string][]nomadjob.Allocation{nil}, ends: []error{denied}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := feedNomad(ctx, src, catalog.New(), newRevisionTags(), nil, quietLog); !errors.Is(err, nomadjob.ErrPermission) {
+	if err := feedNomad(ctx, src, catalog.New(), newRevisionTags(), nil, nil, quietLog); !errors.Is(err, nomadjob.ErrPermission) {
 		t.Fatalf("feedNomad = %v, want the permission error", err)
 	}
 }

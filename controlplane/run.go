@@ -126,7 +126,8 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
-	gwc := activator.Config{Catalog: cat, Autoscaler: waker, Domain: c.Domain, Replica: c.Replica, Logger: log, Registerer: reg}
+	gwc := activator.Config{Catalog: cat, Autoscaler: waker, Domain: c.Domain, Replica: c.Replica, Logger: log, Registerer: reg,
+		WakeRecorder: wakeRecorder{nomad}}
 	if certificates != nil {
 		gwc.TLS, gwc.HTTPSPort = certificates, ls.httpsPort()
 	}
@@ -157,7 +158,7 @@ func Run(ctx context.Context, c Config) error {
 
 	listed := make(chan struct{})
 	goRun("follow Nomad", func(ctx context.Context) error {
-		return feedNomad(ctx, nomad, cat, tags, func() { close(listed) }, log)
+		return feedNomad(ctx, nomad, cat, tags, gw, func() { close(listed) }, log)
 	})
 	recordsLoaded, readyJoined := make(chan struct{}), make(chan struct{})
 	goRun("follow Consul records", func(ctx context.Context) error {

@@ -1,10 +1,9 @@
 package e2e
 
 import (
-	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,8 +15,8 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
-// Scenario 2: scale to zero after the grace period, wake on a request (5
-// times, with the cold start split), then a burst of 100 concurrent requests
+// Scenario 2: scale to zero after the grace period, wake on a request (10
+// times, each wake's timeline checked and tabled), then a burst of 100 concurrent requests
 // at zero: all succeed, one wake.
 func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 	h := newHarness(t, "2 wake from zero")
@@ -62,12 +61,12 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 	})
 
 	client := NewClient(128)
-	const wakes = 5
+	const wakes = 10
 	for i := 1; i <= wakes; i++ {
 		if i > 1 {
 			h.waitZero(rev, 90*time.Second)
 		}
-		cs := h.wake(g, svc, rev)
+		cs := h.wake(g, svc, rev, "raw_exec")
 		for _, st := range cs.Split() {
 			if st.Known {
 				h.timing(st.Name, st.Since)
@@ -78,12 +77,6 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 			// allocation's sidecar answering ~0.83 s on a Nomad 1.6 dev
 			// agent with a Python app.
 			h.timing("scale call -> first byte", cs.FirstByte.Sub(cs.ScaleCall))
-		}
-		if !cs.FirstProbe.IsZero() && !cs.FirstByte.IsZero() {
-			// Our share: everything after the app first answered its
-			// readiness probe (learning of the allocation, the sidecar's
-			// and the gateway's probes, the forward).
-			h.timing(StageOurShare, cs.FirstByte.Sub(cs.FirstProbe))
 		}
 		t.Logf("wake %d: %v", i, cs.Split())
 		if i == 1 {
@@ -97,10 +90,10 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 	for _, r := range rows {
 		if r.Scenario == h.scenario && r.Measure == StageFirstByte {
 			verdict := "met"
-			if Median(r.Values) > time.Second {
+			if Median(r.Values) > ColdStartTarget("raw_exec") {
 				verdict = "MISSED"
 			}
-			h.s.Timings.Note(h.scenario, StageFirstByte, fmt.Sprintf("target <= 1.0s median of %d: %s", len(r.Values), verdict))
+			h.s.Timings.Note(h.scenario, StageFirstByte, fmt.Sprintf("target <= %s median of %d: %s", ColdStartTarget("raw_exec"), len(r.Values), verdict))
 		}
 	}
 
@@ -132,53 +125,57 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 	}
 }
 
-// wake sends one request to a revision at zero and measures its cold start
-// from what the client, Nomad and the app report.
-func (h *harness) wake(g *gateway, svc, rev string) ColdStart {
+// wake sends one request to a revision at zero and reads the wake's
+// timeline where a user does (`status -json`: the scaling event the
+// gateway wrote). On real agents every step must be there, in order, and
+// its total within TimelineTolerance of the first byte the client
+// measured; the timings go to the driver's timeline table, never into an
+// assertion. The cold start's stages come from the same timeline.
+func (h *harness) wake(g *gateway, svc, rev, driver string) ColdStart {
 	h.t.Helper()
 	o := g.request(svc, "", "/", NewClient(1)).Do(context.Background())
 	if !o.OK() {
 		h.t.Fatalf("request at zero: %s", o.Describe())
 	}
-	cs := ColdStart{RequestIn: o.Start, FirstByte: o.FirstByte}
-	// What Nomad reports of the wake (the scale call, the allocation and
-	// its task's start) may reach its servers after the answer did: wait
-	// for it.
-	eventually(h.t, 10*time.Second, "Nomad records a scale-up of "+rev+" from zero after the request", func() (bool, string) {
-		events := h.scalingEvents(rev)
-		if ups := ScaleUpsFromZero(events, o.Start); len(ups) > 0 {
-			cs.ScaleCall = ups[0]
-			return true, ""
+	clientFirstByte := o.FirstByte.Sub(o.Start)
+	load := loadAverage()
+	var tl spec.WakeTimeline
+	// The gateway writes the timeline once Consul's check passed and
+	// Nomad's client reported the tasks started (or 15 s after the first
+	// byte, with what it has).
+	eventually(h.t, 30*time.Second, "status shows the timeline of the wake of "+rev, func() (bool, string) {
+		out, errOut, code := h.cli("status", "-json", svc)
+		if code != 0 {
+			return false, errOut
 		}
-		return false, fmt.Sprintf("events %+v", events)
-	})
-	// The allocation created for this wake: the earliest created after
-	// the request.
-	var a *nomad.Allocation
-	eventually(h.t, 10*time.Second, "Nomad reports the "+spec.UserTaskName+" task of the allocation woken for "+rev+" started", func() (bool, string) {
-		allocs, _, err := h.nomad.Jobs().Allocations(rev, false, nil)
-		if err != nil {
+		var v struct {
+			LastWake *spec.WakeTimeline `json:"last_wake"`
+		}
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
 			return false, err.Error()
 		}
-		allocs = slices.DeleteFunc(allocs, func(a *nomad.AllocationListStub) bool { return time.Unix(0, a.CreateTime).Before(o.Start) })
-		if len(allocs) == 0 {
-			return false, "no allocation created after the request"
+		if v.LastWake == nil || v.LastWake.Revision != rev || v.LastWake.Held().Before(o.Start) || v.LastWake.Held().After(o.FirstByte) {
+			return false, fmt.Sprintf("last wake %+v", v.LastWake)
 		}
-		first := slices.MinFunc(allocs, func(a, b *nomad.AllocationListStub) int { return cmp.Compare(a.CreateTime, b.CreateTime) })
-		if a, _, err = h.nomad.Allocations().Info(first.ID, nil); err != nil {
-			return false, err.Error()
-		}
-		cs.AllocRunning = TaskStarted(a, spec.UserTaskName)
-		states := map[string]string{}
-		for name, ts := range a.TaskStates {
-			if ts != nil {
-				states[name] = ts.State
-			}
-		}
-		return !cs.AllocRunning.IsZero(), fmt.Sprintf("allocation %s: client status %s, task states %v", a.ID, a.ClientStatus, states)
+		tl = *v.LastWake
+		return true, ""
 	})
-	if st := h.appStats(a.ID); st.FirstReadyUnixNano > 0 {
-		cs.FirstProbe = time.Unix(0, st.FirstReadyUnixNano)
+	h.t.Logf("wake of %s (%s): %s; client's first byte %s (load average %s)", rev, driver, tl.Summary(), FormatDuration(clientFirstByte), load)
+	for _, st := range tl.Steps {
+		h.t.Logf("  %-56s %10s  +%s", st.Step.Describe()+" ("+string(st.Step)+")", FormatDuration(st.Since), FormatDuration(st.Delta))
 	}
-	return cs
+	if bad := CheckWakeTimeline(tl, clientFirstByte); len(bad) > 0 {
+		if h.s.Plan.Mode == Rehearse {
+			// test/fakecluster streams no task events and runs no checks
+			// of its own; the suite's wiring is what a rehearsal checks.
+			h.t.Logf("rehearsal: the wake timeline is not whole: %s", strings.Join(bad, "; "))
+		} else {
+			h.t.Errorf("wake timeline of %s: %s", rev, strings.Join(bad, "; "))
+		}
+	}
+	h.s.Timelines.Add(driver, tl, clientFirstByte, load)
+	if ours, ok := tl.OurShare(); ok {
+		h.timing(StageOurShare, ours)
+	}
+	return ColdStartOf(tl, o.Start, o.FirstByte)
 }

@@ -43,8 +43,8 @@ const nomadAllocLabel = "com.hashicorp.nomad.alloc_id"
 //     container in the host's network) reaches it;
 //   - resources reach the containers (docker's memory limit and CPU
 //     shares);
-//   - scale to zero and 5 wakes, each split into its stages (target: a
-//     median of at most 1.0 s to the first byte);
+//   - scale to zero and 10 wakes, each wake's timeline checked and
+//     tabled (target: a median of at most 0.8 s to the first byte);
 //   - network { mode = "bridge" } with the CNI plugins the machine has:
 //     only the sidecar's ports exposed, the app's fixed port internal to
 //     the allocation's namespace;
@@ -227,14 +227,14 @@ func TestE2E18Docker(t *testing.T) {
 	// revision is updated in place.
 	s.Scaling.Min = 0
 	h.deployImage(h.writeDockerServices("docker.hcl", s), image)
-	const wakes = 5
+	const wakes = 10
 	var firstBytes []string
 	for i := 1; i <= wakes; i++ {
 		took := h.waitZero(rev, 90*time.Second)
 		if i == 1 {
 			h.timing("min 0 -> zero (window 6s, grace 2s)", took)
 		}
-		cs := h.wake(g, svc, rev)
+		cs := h.wake(g, svc, rev, "docker")
 		for _, st := range cs.Split() {
 			if st.Known {
 				h.timing(st.Name, st.Since)
@@ -248,12 +248,13 @@ func TestE2E18Docker(t *testing.T) {
 	}
 	for _, r := range h.s.Timings.Rows() {
 		if r.Scenario == h.scenario && r.Measure == StageFirstByte {
+			target := ColdStartTarget("docker")
 			verdict := "met"
-			if Median(r.Values) > time.Second {
+			if Median(r.Values) > target {
 				verdict = "MISSED"
 			}
-			h.s.Timings.Note(h.scenario, StageFirstByte, fmt.Sprintf("target <= 1.0s median of %d: %s", len(r.Values), verdict))
-			t.Logf("cold starts to the first byte: %s (median %s, target <= 1.0s: %s)", strings.Join(firstBytes, " "), FormatDuration(Median(r.Values)), verdict)
+			h.s.Timings.Note(h.scenario, StageFirstByte, fmt.Sprintf("target <= %s median of %d: %s", target, len(r.Values), verdict))
+			t.Logf("cold starts to the first byte: %s (median %s, target <= %s: %s)", strings.Join(firstBytes, " "), FormatDuration(Median(r.Values)), target, verdict)
 		}
 	}
 

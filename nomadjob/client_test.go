@@ -210,6 +210,28 @@ func TestScale(t *testing.T) {
 	r.AssertAllUsed(t)
 }
 
+// A scaling event with no count (a wake's timeline): the scale endpoint is
+// called without a count, so Nomad records the event and scales nothing.
+func TestRecordScalingEvent(t *testing.T) {
+	c, r := newTestClient(t, asPut(load(t, "010-job-scale-up.json")))
+	meta := map[string]string{"rule": "wake-timeline", "wake_timeline": "held=1 first_byte=2"}
+	if err := c.RecordScalingEvent(testCtx(t), "hello-00001", "wake timeline: first byte 0.0 ms after the request", meta); err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Count   *int
+		Target  map[string]string
+		Message string
+		Meta    map[string]string
+	}
+	r.Received()[0].JSON(t, &body)
+	if body.Count != nil || body.Target["Group"] != "app" || body.Target["Job"] != "hello-00001" || !strings.HasPrefix(body.Message, "wake timeline") ||
+		body.Meta["wake_timeline"] != meta["wake_timeline"] || body.Meta["rule"] != "wake-timeline" {
+		t.Errorf("scale body = %+v, want no count, the message and the meta", body)
+	}
+	r.AssertAllUsed(t)
+}
+
 func TestScaleRefusals(t *testing.T) {
 	overMax := asPut(load(t, "013-job-scale-over-max.json"))
 	unknown := asPut(load(t, "015-job-scale-unknown-job.json"))

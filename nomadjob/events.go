@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/nomad-serverless/nomad-serverless/spec"
@@ -25,6 +26,10 @@ const (
 	// EventAllocationUpdated: an allocation of a revision changed
 	// (placed, started, stopped, failed, ...).
 	EventAllocationUpdated EventKind = "allocation-updated"
+	// EventEvaluationUpdated: Nomad created or updated an evaluation of a
+	// revision job (a scale-up's: the wake timelines read its create
+	// time).
+	EventEvaluationUpdated EventKind = "evaluation-updated"
 )
 
 // Event is one change to a revision or its allocations, from Nomad's event
@@ -39,8 +44,22 @@ type Event struct {
 	Revision RevisionInfo
 	// Purged is true when a deregistered job is gone for good.
 	Purged bool
+	// Submitted is when the job version of a revision event was written
+	// (Nomad sets it at every register and every scale call that changes
+	// the count): when a scale-up reached Nomad.
+	Submitted time.Time
 	// Allocation is set for allocation events.
 	Allocation AllocationEvent
+	// Evaluation is set for evaluation events.
+	Evaluation EvaluationEvent
+}
+
+// EvaluationEvent is an evaluation of a revision job.
+type EvaluationEvent struct {
+	ID       string `json:"id"`
+	Revision string `json:"revision"`
+	// Created is its create time (the Nomad servers' clock).
+	Created time.Time `json:"created"`
 }
 
 // AllocationEvent is the state of one allocation after a change.
@@ -59,6 +78,16 @@ type AllocationEvent struct {
 	// gone or on its way out (told to stop, complete, failed or lost).
 	Running bool `json:"running"`
 	Stopped bool `json:"stopped"`
+
+	// For the wake timelines: the evaluation that placed it, when it was
+	// created (placed, the servers' clock), and from its task events
+	// (the client's clock) when its client received it and started the
+	// sidecar's and the user's task (zero: not yet).
+	EvalID         string    `json:"eval_id,omitempty"`
+	Created        time.Time `json:"created,omitzero"`
+	Received       time.Time `json:"received,omitzero"`
+	SidecarStarted time.Time `json:"sidecar_started,omitzero"`
+	AppStarted     time.Time `json:"app_started,omitzero"`
 }
 
 // Starting reports whether the allocation is placed and meant to run but
@@ -171,10 +200,10 @@ func (f *eventFilter) translate(c *Client, e api.Event) (Event, bool) {
 // topic, and the two agree). Every other evaluation is skipped. Whether the
 // job is gone for good is not in the evaluation, so Purged stays false: the
 // revision is gone from traffic either way.
+//
+// Every other evaluation of a revision job becomes an EventEvaluationUpdated
+// with its create time, for the wake timelines.
 func (f *eventFilter) evaluation(e api.Event) (Event, bool) {
-	if e.Type != "JobDeregistered" {
-		return Event{}, false
-	}
 	ev, err := e.Evaluation()
 	if err != nil || ev == nil {
 		return Event{}, false
@@ -183,6 +212,10 @@ func (f *eventFilter) evaluation(e api.Event) (Event, bool) {
 	svc, gen, ok := spec.ParseRevisionName(ev.JobID)
 	if !ok || f.notOurs[ns+"/"+ev.JobID] {
 		return Event{}, false
+	}
+	if e.Type != "JobDeregistered" {
+		return Event{Kind: EventEvaluationUpdated, Index: e.Index,
+			Evaluation: EvaluationEvent{ID: ev.ID, Revision: ev.JobID, Created: unixTime(ev.CreateTime)}}, true
 	}
 	return Event{Kind: EventRevisionDeregistered, Index: e.Index,
 		Revision: RevisionInfo{Name: ev.JobID, Service: svc, Generation: gen, Namespace: ns, Stopped: true}}, true
@@ -218,6 +251,7 @@ func (f *eventFilter) job(c *Client, e api.Event) (Event, bool) {
 	}
 	c.remember(info.Name, info.Namespace)
 	ev.Revision = info
+	ev.Submitted = unixTime(deref(job.SubmitTime, 0))
 	switch {
 	case deregistered:
 		ev.Kind, ev.Purged = EventRevisionDeregistered, deleted
@@ -252,7 +286,35 @@ func (f *eventFilter) allocation(c *Client, e api.Event) (Event, bool) {
 	ae.Address, ae.HTTPPort, ae.AdminPort = allocPorts(a.AllocatedResources, a.Resources)
 	ae.Running = allocRunning(a.ClientStatus, a.DesiredStatus)
 	ae.Stopped = allocStopped(a.ClientStatus, a.DesiredStatus)
+	ae.EvalID, ae.Created = a.EvalID, unixTime(a.CreateTime)
+	for name, ts := range a.TaskStates {
+		if ts == nil {
+			continue
+		}
+		for _, te := range ts.Events {
+			if te == nil {
+				continue
+			}
+			at := unixTime(te.Time)
+			switch {
+			case te.Type == api.TaskReceived && (ae.Received.IsZero() || at.Before(ae.Received)):
+				ae.Received = at
+			case te.Type == api.TaskStarted && name == spec.UserTaskName && ae.AppStarted.IsZero():
+				ae.AppStarted = at
+			case te.Type == api.TaskStarted && name == spec.SidecarTaskName && ae.SidecarStarted.IsZero():
+				ae.SidecarStarted = at
+			}
+		}
+	}
 	return Event{Kind: EventAllocationUpdated, Index: e.Index, Allocation: ae}, true
+}
+
+// unixTime is a Nomad time in unix nanoseconds; zero for 0.
+func unixTime(ns int64) time.Time {
+	if ns <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // isRevisionAlloc recognises an allocation of a revision job without the

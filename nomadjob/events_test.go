@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -163,8 +164,11 @@ func TestStreamEventsSkipsOtherJobs(t *testing.T) {
 		`{"Index":31,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a1","Namespace":"default","Index":31,"Payload":{"Allocation":{"ID":"a1","JobID":"redis-00001","Namespace":"default","TaskGroup":"app","ClientStatus":"running","DesiredStatus":"run"}}}]}`,
 		`{"Index":32,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a2","Namespace":"default","Index":32,"Payload":{"Allocation":{"ID":"a2","JobID":"web","Namespace":"default","TaskGroup":"app","ClientStatus":"running","DesiredStatus":"run"}}}]}`,
 		// A purge sends nothing on the Job topic, only the evaluation
-		// (as Nomad 1.6.5 does); other evaluations are skipped.
-		`{"Index":33,"Events":[{"Topic":"Evaluation","Type":"EvaluationUpdated","Key":"e0","Namespace":"default","Index":33,"Payload":{"Evaluation":{"ID":"e0","Namespace":"default","JobID":"hello-00001","TriggeredBy":"job-scaling","Status":"complete"}}}]}`,
+		// (as Nomad 1.6.5 does); other evaluations of revisions come
+		// with their create time (the wake timelines), and of other
+		// jobs are skipped.
+		`{"Index":33,"Events":[{"Topic":"Evaluation","Type":"EvaluationUpdated","Key":"e0","Namespace":"default","Index":33,"Payload":{"Evaluation":{"ID":"e0","Namespace":"default","JobID":"hello-00001","TriggeredBy":"job-scaling","Status":"complete","CreateTime":1764657806819108864}}}]}`,
+		`{"Index":33,"Events":[{"Topic":"Evaluation","Type":"EvaluationUpdated","Key":"e3","Namespace":"default","Index":33,"Payload":{"Evaluation":{"ID":"e3","Namespace":"default","JobID":"redis","TriggeredBy":"job-scaling","Status":"complete","CreateTime":1764657806819108864}}}]}`,
 		`{"Index":33,"Events":[{"Topic":"Evaluation","Type":"JobDeregistered","Key":"e1","Namespace":"default","Index":33,"Payload":{"Evaluation":{"ID":"e1","Namespace":"default","JobID":"hello-00002","TriggeredBy":"job-deregister","Status":"pending"}}}]}`,
 		`{"Index":33,"Events":[{"Topic":"Evaluation","Type":"JobDeregistered","Key":"e2","Namespace":"default","Index":33,"Payload":{"Evaluation":{"ID":"e2","Namespace":"default","JobID":"redis-00001","TriggeredBy":"job-deregister","Status":"pending"}}}]}`,
 		`{"Index":34,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a3","Namespace":"default","Index":34,"Payload":{"Allocation":{"ID":"a3","JobID":"hello-00002","Namespace":"default","TaskGroup":"app","ClientStatus":"complete","DesiredStatus":"stop","TaskStates":{"user":{"State":"dead"},"queue-proxy":{"State":"dead"}}}}}]}`,
@@ -175,9 +179,14 @@ func TestStreamEventsSkipsOtherJobs(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("StreamEvents returned %v", err)
 	}
-	if len(evs) != 2 {
-		t.Fatalf("events = %+v, want the purge of hello-00002 and its stopped allocation only", evs)
+	if len(evs) != 3 {
+		t.Fatalf("events = %+v, want the evaluation of hello-00001, the purge of hello-00002 and its stopped allocation only", evs)
 	}
+	if e := evs[0]; e.Kind != EventEvaluationUpdated || e.Evaluation.ID != "e0" || e.Evaluation.Revision != "hello-00001" ||
+		e.Evaluation.Created.UnixNano() != 1764657806819108864 {
+		t.Errorf("evaluation event = %+v", e)
+	}
+	evs = evs[1:]
 	if e := evs[0]; e.Kind != EventRevisionDeregistered || e.Revision.Name != "hello-00002" || e.Revision.Service != "hello" || !e.Revision.Stopped {
 		t.Errorf("purge event = %+v", e)
 	}
@@ -201,11 +210,56 @@ func TestStreamEventsSeesAPurgeThroughItsEvaluation(t *testing.T) {
 	if !errors.Is(err, ErrStreamEnded) || next != 21 {
 		t.Fatalf("StreamEvents = %d, %v; want the stream read to its end (index 20)", next, err)
 	}
+	evs = slices.DeleteFunc(evs, func(e Event) bool { return e.Kind == EventEvaluationUpdated })
 	if len(evs) != 1 {
-		t.Fatalf("events = %+v, want the deregistration of hello-00001 only", evs)
+		t.Fatalf("events = %+v, want the deregistration of hello-00001 only (and evaluation updates)", evs)
 	}
 	if e := evs[0]; e.Kind != EventRevisionDeregistered || e.Index != 16 || e.Revision.Name != "hello-00001" ||
 		e.Revision.Service != "hello" || e.Revision.Generation != 1 || e.Revision.Namespace != "default" || !e.Revision.Stopped {
 		t.Errorf("purge event = %+v", e)
+	}
+}
+
+// The wake timelines' times, from the recorded stream (Nomad 1.6.5, a
+// raw_exec revision with a prestart sidecar): a revision event carries its
+// job's submit time; an allocation its evaluation and create time from its
+// placement on, and its client's receipt and both tasks' starts (from the
+// task events) once the client reported them, in that order.
+func TestStreamEventsCarryWakeTimes(t *testing.T) {
+	stream := string(fixtures.ReadFile(t, "nomad-1.6/011-event-stream.ndjson"))
+	c, _ := newTestClient(t, streamExchange("stream", "0", stream))
+	evs, err := collect(t, c, 0, 21)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("StreamEvents returned %v", err)
+	}
+	started := 0
+	for _, e := range evs {
+		switch e.Kind {
+		case EventRevisionRegistered, EventRevisionUpdated:
+			if e.Submitted.IsZero() {
+				t.Errorf("revision event at %d without the job's submit time", e.Index)
+			}
+		case EventAllocationUpdated:
+			a := e.Allocation
+			if a.EvalID == "" || a.Created.IsZero() {
+				t.Errorf("allocation event %s at %d without its evaluation or create time: %+v", a.ID[:8], e.Index, a)
+			}
+			if !a.Running {
+				continue
+			}
+			// Running once its prestart sidecar runs; the app's start
+			// may come in a later update.
+			if a.Received.IsZero() || a.SidecarStarted.IsZero() || a.Received.Before(a.Created) || a.SidecarStarted.Before(a.Received) ||
+				!a.AppStarted.IsZero() && a.AppStarted.Before(a.SidecarStarted) {
+				t.Errorf("running allocation %s: created %v, received %v, sidecar started %v, app started %v; want them in that order (prestart sidecar)",
+					a.ID[:8], a.Created, a.Received, a.SidecarStarted, a.AppStarted)
+			}
+			if !a.AppStarted.IsZero() {
+				started++
+			}
+		}
+	}
+	if started == 0 {
+		t.Fatal("no allocation event with the app's task started in the stream")
 	}
 }

@@ -30,6 +30,20 @@ func (c *Client) Scale(ctx context.Context, revision string, count int, reason s
 	return nil
 }
 
+// RecordScalingEvent adds message and meta to a revision's scaling
+// history without changing its count: Nomad's scale endpoint with no
+// count writes the event alone (no new job version, no evaluation). The
+// gateway keeps each wake's timeline this way, where `nomad job
+// scaling-events` and `nomad-serverless status` read it. It needs what
+// Scale needs (scale-job).
+func (c *Client) RecordScalingEvent(ctx context.Context, revision, message string, meta map[string]string) error {
+	ns := c.namespaceOf(revision)
+	if _, _, err := c.api.Jobs().Scale(revision, spec.GroupName, nil, message, false, anyMeta(meta), c.write(ctx, ns)); err != nil {
+		return c.wrap("record a scaling event of revision "+revision, ns, capScale, err)
+	}
+	return nil
+}
+
 // ScaleAtLeast raises a revision's count to n (at most the scaling block's
 // max) unless it already is at least n, and never lowers it: the wake of a
 // revision at zero that any control-plane replica may make, concurrently

@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/certs"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // RevisionRow is one revision as `revisions` and `status` show it.
@@ -51,6 +52,10 @@ type ServiceView struct {
 	// Certificates are the service's names and the certificates the
 	// gateways serve for them (certificates.go).
 	Certificates []certs.NameStatus `json:"certificates,omitempty"`
+	// LastWake is the timeline of the service's newest wake from zero
+	// that Nomad's scaling events still hold (any revision's; Nomad keeps
+	// a group's last 20 events), when View was asked for events.
+	LastWake *spec.WakeTimeline `json:"last_wake,omitempty"`
 }
 
 // Inspector reads what Nomad, Consul and the control plane say of
@@ -83,7 +88,9 @@ func (in *Inspector) Health(ctx context.Context, revision string) ([]consulroute
 
 // View builds a service's view; autoscalerState may be nil, and withEvents
 // adds the newest scaling event Nomad recorded of each revision the
-// autoscaler did not describe.
+// autoscaler did not describe, and the service's last wake's timeline
+// (which the replica that held the woken request wrote as a scaling event
+// of its revision: read with the same token, whichever replica leads).
 func (in *Inspector) View(ctx context.Context, namespace, service string, autoscalerState map[string]autoscaler.RevisionState, withEvents bool) (ServiceView, error) {
 	decisions, revs, rec, _, err := retention(ctx, in.nomad, in.consul, namespace, service, consulroute.DefaultRetention(), in.now)
 	if errors.Is(err, consulroute.ErrNotFound) && len(revs) == 0 {
@@ -127,9 +134,15 @@ func (in *Inspector) View(ctx context.Context, namespace, service string, autosc
 		if st, ok := autoscalerState[r.Name]; ok {
 			row.Autoscaler = &st
 		}
-		if withEvents && row.Autoscaler == nil {
-			if evs, eerr := in.nomad.ScalingEvents(ctx, r.Name); eerr == nil && len(evs) > 0 {
-				row.LastScaling = evs[0].Message
+		if withEvents && !r.Stopped {
+			if evs, eerr := in.nomad.ScalingEvents(ctx, r.Name); eerr == nil {
+				wake, last := scalingHistory(r.Name, evs)
+				if row.Autoscaler == nil {
+					row.LastScaling = last
+				}
+				if wake != nil && (v.LastWake == nil || wake.Held().After(v.LastWake.Held())) {
+					v.LastWake = wake
+				}
 			}
 		}
 		v.Revisions = append(v.Revisions, row)
@@ -138,6 +151,24 @@ func (in *Inspector) View(ctx context.Context, namespace, service string, autosc
 	v.Certificates = in.Certificates(ctx, namespace, service)
 	v.URLs = httpsURLs(v.URLs, v.Certificates)
 	return v, nil
+}
+
+// scalingHistory reads a revision's scaling events (newest first): the
+// newest wake timeline among them, and the newest message of an event that
+// is not one (the last reason to scale).
+func scalingHistory(revision string, evs []nomadjob.ScalingEvent) (wake *spec.WakeTimeline, last string) {
+	for _, e := range evs {
+		if t, ok := spec.WakeTimelineFromMeta(revision, e.Meta); ok {
+			if wake == nil {
+				wake = &t
+			}
+			continue
+		}
+		if last == "" {
+			last = e.Message
+		}
+	}
+	return wake, last
 }
 
 // urls are the service's addresses on the running gateways; none when the

@@ -337,3 +337,52 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A held probe (the gateway's) comes back with the instance's times for
+// the wake's timeline, in their causal order: the sidecar started, then
+// the app (which needs a second to be ready) accepted the readiness
+// probe's connection, then answered it ready. Consul's check, which does
+// not wait, gets none of them.
+func TestHeldProbeCarriesInstanceTimes(t *testing.T) {
+	t.Parallel()
+	started := time.Now().Add(-time.Millisecond)
+	a := startApp(t, map[string]string{testapp.EnvReadyDelay: "300ms"})
+	cfg := config(a.port)
+	cfg.Readiness = &spec.Probe{Type: spec.ProbeHTTP, Path: "/ready", Timeout: time.Second, SuccessThreshold: 1, FailureThreshold: 3}
+	r := startSidecar(t, cfg, sidecar.Options{Started: started})
+
+	req, _ := http.NewRequest(http.MethodGet, r.url+"/", nil)
+	req.Header.Set(spec.ProbeHeader, spec.ProbeHeaderValue)
+	req.Header.Set(spec.ProbeWaitHeader, "10s")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("held probe: %d, want 200 once the app is ready", resp.StatusCode)
+	}
+	got := spec.ParseInstanceTimes(resp.Header.Get(spec.InstanceTimesHeader))
+	if !got.Started.Equal(started) {
+		t.Errorf("started %v, want the time given in Options (%v)", got.Started, started)
+	}
+	// Accepted before ready: the app listened at once and answered /ready
+	// with 503 until its delay was over.
+	if got.AppAccepted.IsZero() || got.AppReady.IsZero() || !got.Started.Before(got.AppAccepted) || !got.AppAccepted.Before(got.AppReady) {
+		t.Errorf("instance times %+v (header %q): want started < app accepted < app ready", got, resp.Header.Get(spec.InstanceTimesHeader))
+	}
+	if st := a.stats(t); st.FirstReadyUnixNano == 0 || got.AppReady.Before(time.Unix(0, st.FirstReadyUnixNano)) {
+		t.Errorf("app ready at %v, before the app's own first ready answer (%d)", got.AppReady, st.FirstReadyUnixNano)
+	}
+
+	req, _ = http.NewRequest(http.MethodGet, r.url+"/", nil)
+	req.Header.Set(spec.ProbeHeader, spec.ProbeHeaderValue)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if v := resp.Header.Get(spec.InstanceTimesHeader); v != "" {
+		t.Errorf("a probe that does not wait got %s: %q", spec.InstanceTimesHeader, v)
+	}
+}

@@ -63,13 +63,14 @@ type Handler struct {
 
 // Shared header values; net/http only reads them.
 var (
-	textPlain       = []string{"text/plain; charset=utf-8"}
-	noSniff         = []string{"nosniff"}
-	connectionClose = []string{"close"}
-	probeHeader     = http.CanonicalHeaderKey(spec.ProbeHeader)
-	probeWaitHeader = http.CanonicalHeaderKey(spec.ProbeWaitHeader)
-	notServedKey    = http.CanonicalHeaderKey(spec.NotServedHeader)
-	notServedValue  = []string{spec.NotServedValue}
+	textPlain        = []string{"text/plain; charset=utf-8"}
+	noSniff          = []string{"nosniff"}
+	connectionClose  = []string{"close"}
+	probeHeader      = http.CanonicalHeaderKey(spec.ProbeHeader)
+	probeWaitHeader  = http.CanonicalHeaderKey(spec.ProbeWaitHeader)
+	instanceTimesKey = http.CanonicalHeaderKey(spec.InstanceTimesHeader)
+	notServedKey     = http.CanonicalHeaderKey(spec.NotServedHeader)
+	notServedValue   = []string{spec.NotServedValue}
 )
 
 func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *meter, b *Breaker, mt *metrics) *Handler {
@@ -296,11 +297,19 @@ func isH2CUpgrade(v []string) bool {
 // draining, 503 otherwise. The app never sees it. A probe that asks to wait
 // (spec.ProbeWaitHeader) is held while the app is not ready, and answered
 // at the change, the end of its wait or when its caller goes.
+//
+// A probe that asks to wait is the gateway's, probing a new instance: its
+// answer also says when the sidecar started, when the app first accepted
+// a connection and when it was first ready (spec.InstanceTimesHeader), for
+// the wake's timeline. Consul's check asks no wait and gets none of it.
 func (h *Handler) serveProbe(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
 	if v := r.Header[probeWaitHeader]; len(v) == 1 {
 		h.holdProbe(r, v[0])
+		if t := h.state.times().Header(); t != "" {
+			hd[instanceTimesKey] = []string{t}
+		}
 	}
-	hd := w.Header()
 	hd["Content-Type"] = textPlain
 	hd[spec.RevisionHeader] = h.revisionHeader
 	switch {

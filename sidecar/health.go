@@ -3,8 +3,11 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http/httptrace"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/datapath/broadcast"
@@ -22,6 +25,23 @@ type state struct {
 
 	// changed is notified when ready or draining changes.
 	changed broadcast.Signal
+
+	// When the sidecar started, when its app first accepted a connection
+	// and when it first answered readiness (unix nanoseconds, 0 until
+	// then): the gateway's probe gets them (spec.InstanceTimesHeader) for
+	// the wake's timeline.
+	started, appAccepted, appReady atomic.Int64
+}
+
+// times are the instance's start times known so far.
+func (s *state) times() spec.InstanceTimes {
+	at := func(n int64) time.Time {
+		if n == 0 {
+			return time.Time{}
+		}
+		return time.Unix(0, n)
+	}
+	return spec.InstanceTimes{Started: at(s.started.Load()), AppAccepted: at(s.appAccepted.Load()), AppReady: at(s.appReady.Load())}
 }
 
 // setReady records readiness, wakes the held probes if it changed, and
@@ -68,6 +88,9 @@ type probeSchedule struct {
 	everHealthy   bool
 	recovering    bool // unhealthy since a refused connection
 	passes, fails int
+	// noListener: the last probe found nothing listening at the app's
+	// port (the loop tells it: noListener).
+	noListener bool
 }
 
 func newReadinessSchedule(p spec.Probe) *probeSchedule {
@@ -119,12 +142,26 @@ func (s *probeSchedule) refused() bool {
 	return true
 }
 
-// next is the wait between the starts of two probes.
+// next is the wait between the starts of two probes. An aggressive
+// schedule that has never been healthy probes every spec.ListenProbePeriod
+// while nothing listens at the app's port.
 func (s *probeSchedule) next() time.Duration {
+	if s.aggressive && !s.everHealthy && s.noListener {
+		return min(spec.ListenProbePeriod, s.period)
+	}
 	if s.recovering || s.aggressive && !s.everHealthy {
 		return min(spec.AggressiveProbePeriod, s.period)
 	}
 	return s.period
+}
+
+// noListenerAt tells whether a probe's failure says that nothing
+// listens at the app's port: the connection was refused, or closed or
+// reset before any answer (what a proxy in front of a port nobody
+// listens behind does: docker's userland proxy of a published port).
+func noListenerAt(err error) bool {
+	return err != nil && (errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
 }
 
 // probeLoop runs a prober on its schedule until ctx ends, calling set when
@@ -138,6 +175,11 @@ type probeLoop struct {
 	log    *slog.Logger
 	set    func(healthy bool, err error)
 	count  func(pass bool)
+	// connected, when set, is told of every connection a probe made to
+	// the app (the app accepted it), through the probe's context
+	// (httptrace's ConnectDone, which http probes call and tcp probes
+	// call themselves).
+	connected func()
 	// refusals carries refused connections to the loop; one pending
 	// is as good as many.
 	refusals chan struct{}
@@ -169,6 +211,13 @@ func (l *probeLoop) run(ctx context.Context) {
 	for {
 		began := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, l.sched.probe.Timeout)
+		if l.connected != nil {
+			pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{ConnectDone: func(_, _ string, err error) {
+				if err == nil {
+					l.connected()
+				}
+			}})
+		}
 		err := l.prober.probe(pctx)
 		cancel()
 		if ctx.Err() != nil {
@@ -176,6 +225,7 @@ func (l *probeLoop) run(ctx context.Context) {
 		}
 		probes++
 		l.count(err == nil)
+		l.sched.noListener = noListenerAt(err)
 		if l.sched.record(err == nil) {
 			l.set(l.sched.healthy, err)
 			if l.sched.healthy {

@@ -302,3 +302,59 @@ func probeGRPC(service string) spec.Probe {
 	p.GRPCService = service
 	return p
 }
+
+// Before the first success of an aggressive schedule, an app whose port
+// nobody listens at yet is probed every spec.ListenProbePeriod; one that
+// listens but is not ready every spec.AggressiveProbePeriod (its handler
+// answers each probe); a schedule with a period keeps it.
+func TestProbeScheduleNoListener(t *testing.T) {
+	s := newReadinessSchedule(spec.Probe{SuccessThreshold: 1, FailureThreshold: 3, Timeout: time.Second})
+	s.noListener = true
+	s.record(false)
+	if got := s.next(); got != spec.ListenProbePeriod {
+		t.Errorf("nothing listening: next %s, want %s", got, spec.ListenProbePeriod)
+	}
+	s.noListener = false
+	s.record(false)
+	if got := s.next(); got != spec.AggressiveProbePeriod {
+		t.Errorf("listening, not ready: next %s, want %s", got, spec.AggressiveProbePeriod)
+	}
+	s.record(true)
+	s.noListener = true
+	if got := s.next(); got != spec.DefaultProbePeriod {
+		t.Errorf("after the first success: next %s, want %s", got, spec.DefaultProbePeriod)
+	}
+	p := newReadinessSchedule(spec.Probe{Period: 5 * time.Second, SuccessThreshold: 1, FailureThreshold: 3, Timeout: time.Second})
+	p.noListener = true
+	if got := p.next(); got != 5*time.Second {
+		t.Errorf("a declared period: next %s", got)
+	}
+
+	// What a refused connection, and a proxy's connection closed
+	// unanswered, look like to the probes.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	closed := newHTTPProber(addr, "/", nil, false).probe(context.Background())
+	ln.Close()
+	refused := (&tcpProber{addr: addr}).probe(context.Background())
+	for name, err := range map[string]error{"closed unanswered": closed, "refused": refused} {
+		if !noListenerAt(err) {
+			t.Errorf("%s (%v): not taken for no listener", name, err)
+		}
+	}
+	if noListenerAt(errors.New("GET /: 503 warming up")) || noListenerAt(nil) {
+		t.Error("a 503 or a pass taken for no listener")
+	}
+}

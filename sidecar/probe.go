@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -55,6 +56,11 @@ func (t *tcpProber) probe(ctx context.Context) error {
 	c, err := t.dialer.DialContext(ctx, "tcp", t.addr)
 	if err != nil {
 		return err
+	}
+	// net.Dialer knows nothing of httptrace; the probe loop learns of
+	// the app's first accepted connection through it all the same.
+	if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.ConnectDone != nil {
+		tr.ConnectDone("tcp", t.addr, nil)
 	}
 	return c.Close()
 }

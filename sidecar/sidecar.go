@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,10 @@ type Options struct {
 	// AccessLog receives one line per request when cfg.AccessLog is set;
 	// nil means JSON lines on Log's handler.
 	AccessLog *slog.Logger
+	// Started is when the sidecar's process began (the command takes it
+	// first thing); zero is when New is called. The gateway's probe gets
+	// it for the wake's timeline (spec.InstanceTimesHeader).
+	Started time.Time
 }
 
 // Sidecar is one instance's queue-proxy: the serving handler, the admin
@@ -70,6 +75,7 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 	now := time.Now()
 	s := &Sidecar{cfg: cfg, log: log, state: &state{}, meter: newMeter(now)}
 	s.state.live.Store(true)
+	s.state.started.Store(cmp.Or(opts.Started, now).UnixNano())
 	if cfg.Concurrency > 0 {
 		b, err := NewBreaker(cfg.Concurrency, cfg.QueueDepth)
 		if err != nil {
@@ -96,8 +102,17 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 		return nil, fmt.Errorf("readiness probe: %w", err)
 	}
 	s.readiness = newProbeLoop("readiness", rp, newReadinessSchedule(readiness), log,
-		func(ok bool, err error) { storeErr(&s.state.readyErr, err); s.state.setReady(ok) },
+		func(ok bool, err error) {
+			storeErr(&s.state.readyErr, err)
+			if ok {
+				// Before readiness is set, so a held probe answered at
+				// the change carries it.
+				s.state.appReady.CompareAndSwap(0, time.Now().UnixNano())
+			}
+			s.state.setReady(ok)
+		},
 		func(pass bool) { s.metrics.probes["readiness"][pass].Inc() })
+	s.readiness.connected = func() { s.state.appAccepted.CompareAndSwap(0, time.Now().UnixNano()) }
 	if cfg.Liveness != nil {
 		lp, err := newProber(*cfg.Liveness, appHost(cfg), cfg.AppPort, cfg.AppProtocol == spec.ProtocolH2C)
 		if err != nil {

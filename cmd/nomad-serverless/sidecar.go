@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/sidecar"
 	"github.com/nomad-serverless/nomad-serverless/spec"
@@ -18,6 +19,9 @@ const sidecarGCPercent = 50
 // the environment the compiler wrote (see package sidecar for every
 // variable); SIGTERM starts the drain and the command exits 0 when it ends.
 func runSidecar(ctx context.Context, e *env, args []string) int {
+	// The process's start as near as the command sees it: the first step
+	// of the instance in a wake's timeline.
+	started := time.Now()
 	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	accessLog := fs.Bool("access-log", false, "log every request (JSON lines on stderr); same as "+spec.EnvSidecarAccessLog+"=true")
@@ -84,7 +88,7 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 		debug.SetGCPercent(sidecarGCPercent)
 	}
 	log := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
-	sc, err := sidecar.New(cfg, sidecar.Options{Log: log})
+	sc, err := sidecar.New(cfg, sidecar.Options{Log: log, Started: started})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "nomad-serverless sidecar:", err)
 		return exitUsage

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/certs"
 	"github.com/nomad-serverless/nomad-serverless/rollout"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 func runStatus(ctx context.Context, e *env, args []string) int {
@@ -17,7 +18,8 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 Shows a service's URLs, route, and per revision the desired, running and ready
 instances with the autoscaler's view (stable and panic values, last reason);
 then each of its names' certificate on the gateways' HTTPS port (source, state,
-issuer, expiry, renewal, last failure).
+issuer, expiry, renewal, last failure), and the timeline of its last wake from
+zero, one line per step.
 
 `)
 	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
@@ -76,6 +78,7 @@ issuer, expiry, renewal, last failure).
 	}
 	_ = tw.Flush()
 	writeCertificates(e.stdout, v.Certificates)
+	writeLastWake(e.stdout, v.LastWake, in.Now())
 	explainStatus(ctx, in, v, e.stdout)
 	return exitOK
 }
@@ -109,6 +112,29 @@ func writeCertificates(w io.Writer, cs []certs.NameStatus) {
 			last = c.Note
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, state, orDash(c.Issuer), stamp(c.NotAfter), stamp(c.RenewBy), last)
+	}
+	_ = tw.Flush()
+}
+
+// writeLastWake prints the service's last wake from zero, one line per
+// step in the order they happened, with the time since the held request
+// and since the step before.
+func writeLastWake(w io.Writer, t *spec.WakeTimeline, now time.Time) {
+	fmt.Fprintln(w)
+	if t == nil {
+		fmt.Fprintln(w, "Last wake: none in Nomad's recent scaling events")
+		return
+	}
+	fmt.Fprintf(w, "Last wake: %s, %s, request held by replica %s, answered by allocation %.8s\n", t.Revision, ago(now, t.Held()), orDash(t.Replica), orDash(t.Alloc))
+	fmt.Fprintf(w, "  %s\n", strings.TrimPrefix(t.Summary(), "wake timeline: "))
+	tw := table(w)
+	fmt.Fprintln(tw, "  STEP\tSINCE REQUEST\tDELTA\tWHOSE")
+	for i, st := range t.Steps {
+		delta := "-"
+		if i > 0 {
+			delta = "+" + spec.FormatMillis(st.Delta)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", st.Step.Describe(), spec.FormatMillis(st.Since), delta, st.Step.Whose())
 	}
 	_ = tw.Flush()
 }

@@ -201,14 +201,21 @@ func (c *Consul) kvGet(w http.ResponseWriter, r *http.Request) {
 
 // kvPut writes a key: with cas only at that ModifyIndex (0: only if
 // absent), with acquire only if no other session holds it and its lock
-// delay has passed, with release only by its holder. It answers true or
-// false.
+// delay has passed, with release only by its holder. flags is stored with
+// the value (0 when absent, as Consul). It answers true or false.
 func (c *Consul) kvPut(w http.ResponseWriter, r *http.Request) {
 	key, q := r.PathValue("key"), r.URL.Query()
 	body, err := readBody(r)
 	if err != nil {
 		badRequest(w, err)
 		return
+	}
+	var flags uint64
+	if f := q.Get("flags"); f != "" {
+		if flags, err = strconv.ParseUint(f, 10, 64); err != nil {
+			badRequest(w, fmt.Errorf("flags: %w", err))
+			return
+		}
 	}
 	acquire, release := q.Get("acquire"), q.Get("release")
 	c.mu.Lock()
@@ -232,7 +239,7 @@ func (c *Consul) kvPut(w http.ResponseWriter, r *http.Request) {
 			e = &consulapi.KVPair{Key: key, CreateIndex: idx}
 			c.kv[key] = e
 		}
-		e.Value, e.ModifyIndex, c.kvIndex = body, idx, idx
+		e.Value, e.Flags, e.ModifyIndex, c.kvIndex = body, flags, idx, idx
 		delete(c.kvTomb, key)
 		if acquire != "" && e.Session != acquire {
 			e.LockIndex++
