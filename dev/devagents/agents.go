@@ -50,6 +50,7 @@ type Agents struct {
 	Consul, Nomad *Proc
 
 	progress io.Writer
+	dir      string // Options.Dir, for what Nomad leaves mounted below it
 }
 
 // Start writes the configurations, starts Consul, waits for its leader,
@@ -84,6 +85,7 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 		ConsulAddr: "127.0.0.1:" + strconv.Itoa(ports.ConsulHTTP),
 		ACL:        o.Config.ACL,
 		progress:   progress,
+		dir:        o.Dir,
 	}
 	a.ConsulURL = "http://" + a.ConsulAddr
 	defer func() {
@@ -141,9 +143,18 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 }
 
 // Stop stops Nomad (which, in dev mode, stops the allocations it runs) and
-// then Consul with StopAll, saying so on Options.Progress.
+// then Consul with StopAll, saying so on Options.Progress, and unmounts
+// what Nomad left mounted below Options.Dir: from Nomad 1.7 on a dev
+// agent leaves each allocation's secrets tmpfs mounted when it exits,
+// and Dir could not be removed.
 func (a *Agents) Stop(grace time.Duration) []string {
-	return StopAll(a.progress, grace, a.Nomad, a.Consul)
+	notes := StopAll(a.progress, grace, a.Nomad, a.Consul)
+	if a.dir != "" {
+		if _, err := unmountBelow(a.dir); err != nil {
+			notes = append(notes, err.Error())
+		}
+	}
+	return notes
 }
 
 // StopAll stops each process in turn with Proc.Stop(grace), skipping nil

@@ -83,6 +83,7 @@ func StartDocker(ctx context.Context, o Options, d Docker) (a *Agents, err error
 		NomadAddr:  "http://127.0.0.1:" + strconv.Itoa(ports.NomadHTTP),
 		ConsulAddr: "127.0.0.1:" + strconv.Itoa(ports.ConsulHTTP),
 		progress:   o.Progress,
+		dir:        o.Dir,
 	}
 	a.ConsulURL = "http://" + a.ConsulAddr
 	defer func() {
