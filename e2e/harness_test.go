@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -469,7 +470,23 @@ func (h *harness) appAddr(allocID string) string {
 // appStats reads the test app's own counters, directly from the app.
 func (h *harness) appStats(allocID string) testapp.Stats {
 	h.t.Helper()
+	st, listening := h.appStatsIfListening(allocID)
+	if !listening {
+		h.t.Fatalf("stats of the app in %s: nothing listens at its port", allocID)
+	}
+	return st
+}
+
+// appStatsIfListening is appStats of an allocation whose app may not
+// listen yet (Nomad says running once the sidecar runs, before the app
+// task's start on a busy node): false when its port refuses, as an app
+// that never listened has served nothing.
+func (h *harness) appStatsIfListening(allocID string) (testapp.Stats, bool) {
+	h.t.Helper()
 	resp, err := NewClient(1).Get("http://" + h.appAddr(allocID) + "/stats")
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return testapp.Stats{}, false
+	}
 	if err != nil {
 		h.t.Fatalf("stats of the app in %s: %v", allocID, err)
 	}
@@ -478,7 +495,7 @@ func (h *harness) appStats(allocID string) testapp.Stats {
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		h.t.Fatalf("stats of the app in %s: %v", allocID, err)
 	}
-	return st
+	return st, true
 }
 
 // waitZero waits until Nomad has the revision at count 0 with nothing

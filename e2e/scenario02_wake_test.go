@@ -119,7 +119,7 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 	// The app never saw more than the revision's concurrency per instance:
 	// the sidecar's breaker held the rest.
 	for _, a := range h.liveAllocs(rev) {
-		if st := h.appStats(a.ID); st.MaxConcurrency > int64(s.Concurrency) {
+		if st, _ := h.appStatsIfListening(a.ID); st.MaxConcurrency > int64(s.Concurrency) {
 			t.Errorf("allocation %s: the app saw %d requests at once, above concurrency %d", a.ID, st.MaxConcurrency, s.Concurrency)
 		}
 	}
