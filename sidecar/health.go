@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptrace"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -159,9 +160,14 @@ func (s *probeSchedule) next() time.Duration {
 // listens at the app's port: the connection was refused, or closed or
 // reset before any answer (what a proxy in front of a port nobody
 // listens behind does: docker's userland proxy of a published port).
+//
+// A connection closed before net/http wrote the probe on it is reported
+// as "server closed idle connection" (an unexported error, so matched by
+// its text): on a busy node the proxy's close can beat the probe's write.
 func noListenerAt(err error) bool {
 	return err != nil && (errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "server closed idle connection"))
 }
 
 // probeLoop runs a prober on its schedule until ctx ends, calling set when
