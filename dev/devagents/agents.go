@@ -147,8 +147,21 @@ func Start(ctx context.Context, o Options) (a *Agents, err error) {
 // what Nomad left mounted below Options.Dir: from Nomad 1.7 on a dev
 // agent leaves each allocation's secrets tmpfs mounted when it exits,
 // and Dir could not be removed.
+//
+// It also kills what Nomad left running below it: a Nomad 2.0 dev agent
+// that exits does not always stop its allocations first (e2e scenario 10
+// left a revision's sidecar and app running after the agent's exit, the
+// job purged a moment before), and `dev` must leave nothing behind.
 func (a *Agents) Stop(grace time.Duration) []string {
+	var tree processTree
+	if a.Nomad != nil && !a.Nomad.Exited() {
+		tree = snapshotTree(a.Nomad.Pid())
+	}
 	notes := StopAll(a.progress, grace, a.Nomad, a.Consul)
+	if n := tree.kill(); n > 0 {
+		tree.waitGone(grace)
+		fmt.Fprintf(a.progress, "Killed %d processes Nomad left running.\n", n)
+	}
 	if a.dir != "" {
 		if _, err := unmountBelow(a.dir); err != nil {
 			notes = append(notes, err.Error())
