@@ -347,9 +347,9 @@ func TestAllocationsNomad20(t *testing.T) {
 		t.Fatalf("allocations = %+v", allocs)
 	}
 	want := Allocation{
-		ID: "9d14b432-6dc0-a4c5-4d10-7a225c4dc766", Name: "hello-00001.app[0]", Revision: "hello-00001", NodeName: "vm",
-		ClientStatus: "running", DesiredStatus: "run", Address: "127.0.0.1", HTTPPort: 20836, AdminPort: 20635,
-		Running: true, Created: time.Unix(0, 1796502557195477526).UTC(),
+		ID: "4b0368ef-80a2-bdff-976a-eff7daf961f2", Name: "hello-00001.app[0]", Revision: "hello-00001", NodeName: "vm",
+		ClientStatus: "running", DesiredStatus: "run", Address: "127.0.0.1", HTTPPort: 30533, AdminPort: 23780,
+		Running: true, Created: time.Unix(0, 1796502995799845930).UTC(),
 	}
 	if allocs[0] != want {
 		t.Errorf("allocation =\n%+v\nwant\n%+v", allocs[0], want)
