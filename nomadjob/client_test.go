@@ -331,6 +331,32 @@ func TestAllocations(t *testing.T) {
 	r.AssertAllUsed(t)
 }
 
+// TestAllocationsNomad20: Nomad 2.0 drops the zero fields of networks and
+// ports (To, CIDR, MBits...) and adds Paused to task states
+// (nomad-2.0/005, 006); the ports we read are where they were.
+func TestAllocationsNomad20(t *testing.T) {
+	list := fixtures.Load(t, "nomad-2.0/005-job-allocations.json")
+	list.Request.Query.Set("all", "false") // as in TestAllocations
+	read := fixtures.Load(t, "nomad-2.0/006-allocation-read.json")
+	c, r := newTestClient(t, list, read)
+	allocs, err := c.Allocations(testCtx(t), "hello-00001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(allocs) != 1 {
+		t.Fatalf("allocations = %+v", allocs)
+	}
+	want := Allocation{
+		ID: "4b0368ef-80a2-bdff-976a-eff7daf961f2", Name: "hello-00001.app[0]", Revision: "hello-00001", NodeName: "vm",
+		ClientStatus: "running", DesiredStatus: "run", Address: "127.0.0.1", HTTPPort: 30533, AdminPort: 23780,
+		Running: true, Created: time.Unix(0, 1796502995799845930).UTC(),
+	}
+	if allocs[0] != want {
+		t.Errorf("allocation =\n%+v\nwant\n%+v", allocs[0], want)
+	}
+	r.AssertAllUsed(t)
+}
+
 func TestRevisionsAndPlan(t *testing.T) {
 	c, r := newTestClient(t, serviceListing(t), load(t, "003-job-read.json"))
 	ctx := testCtx(t)

@@ -470,6 +470,29 @@ func TestRevisionFromRecordedJob(t *testing.T) {
 	}
 }
 
+// TestRevisionFromRecordedJobNomad20: Nomad 2.0 returns the same job with
+// more fields (a default workload Identity on every task, a null group
+// Consul block, Networks without their zero fields; nomad-2.0/003). None of
+// it is ours, so the revision reads the same.
+func TestRevisionFromRecordedJobNomad20(t *testing.T) {
+	ex := fixtures.Load(t, "nomad-2.0/003-job-read.json")
+	var job api.Job
+	if err := json.Unmarshal(ex.Response.BodyBytes(), &job); err != nil {
+		t.Fatal(err)
+	}
+	if job.TaskGroups[0].Tasks[0].Identity == nil || job.TaskGroups[0].Consul != nil {
+		t.Fatalf("fixture no longer shows Nomad 2.0's default identity and null group Consul")
+	}
+	info, err := RevisionFromJob(&job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Name != "hello-00001" || info.Service != "hello" || info.Generation != 1 || info.SpecHash != "sha256:0f3c" ||
+		info.Count != 1 || !info.ScalingDefaulted || info.Scaling.Max != 10 || info.Timeout != spec.DefaultTimeout || info.JobModifyIndex != 11 {
+		t.Errorf("info = %+v", info)
+	}
+}
+
 // TestSidecarEnvParses checks the sidecar's environment against the
 // sidecar's own parser once Nomad has filled in the ports.
 func TestSidecarEnvParses(t *testing.T) {

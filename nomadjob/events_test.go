@@ -220,15 +220,59 @@ func TestStreamEventsSeesAPurgeThroughItsEvaluation(t *testing.T) {
 	}
 }
 
+// A purge as Nomad 2.0.5 streams it (nomad-2.0/058): unlike 1.6 it sends
+// the job on the Job topic (Type JobDeregistered, Deleted true, the job as
+// it last was: Stop false) in the same index as the JobDeregistered
+// evaluation, and no allocation event for the stop at all (the allocation
+// is gone with the job). The revision must still read as deregistered,
+// and nothing may read as a running revision.
+func TestStreamEventsSeesAPurgeNomad20(t *testing.T) {
+	stream := string(fixtures.ReadFile(t, "nomad-2.0/058-event-stream-purge.ndjson"))
+	if !strings.Contains(stream, `"Topic":"Job","Type":"JobDeregistered"`) || !strings.Contains(stream, `"Deleted":true`) {
+		t.Fatal("fixture changed: the recorded purge has no Job-topic deregistration")
+	}
+	c, _ := newTestClient(t, streamExchange("stream", "36", stream))
+	var evs []Event
+	next, err := c.StreamEvents(testCtx(t), 36, func(e Event) { evs = append(evs, e) })
+	if !errors.Is(err, ErrStreamEnded) || next != 41 {
+		t.Fatalf("StreamEvents = %d, %v; want the stream read to its end (index 40)", next, err)
+	}
+	evs = slices.DeleteFunc(evs, func(e Event) bool { return e.Kind == EventEvaluationUpdated })
+	if len(evs) == 0 {
+		t.Fatal("no event for the purge")
+	}
+	for _, e := range evs {
+		if e.Kind != EventRevisionDeregistered || e.Index != 39 || e.Revision.Name != "hello-00001" || e.Revision.Service != "hello" ||
+			e.Revision.Generation != 1 || e.Revision.Namespace != "default" || !e.Revision.Stopped {
+			t.Errorf("purge event = %+v, want the deregistration of hello-00001 at 39", e)
+		}
+	}
+	// The Job-topic event says purged; the evaluation's after it cannot.
+	if len(evs) != 2 || !evs[0].Purged || evs[1].Purged {
+		t.Errorf("events = %+v, want the job's deregistration (purged), then the evaluation's", evs)
+	}
+}
+
 // The wake timelines' times, from the recorded stream (Nomad 1.6.5, a
 // raw_exec revision with a prestart sidecar): a revision event carries its
 // job's submit time; an allocation its evaluation and create time from its
 // placement on, and its client's receipt and both tasks' starts (from the
 // task events) once the client reported them, in that order.
 func TestStreamEventsCarryWakeTimes(t *testing.T) {
-	stream := string(fixtures.ReadFile(t, "nomad-1.6/011-event-stream.ndjson"))
+	testWakeTimes(t, "nomad-1.6/011-event-stream.ndjson", 21)
+}
+
+// The same from Nomad 2.0.5's stream of the same steps (nomad-2.0/011):
+// its payloads add fields (Paused task states, a default identity on every
+// task) and drop zero ones, none of which the times come from.
+func TestStreamEventsCarryWakeTimesNomad20(t *testing.T) {
+	testWakeTimes(t, "nomad-2.0/011-event-stream.ndjson", 24)
+}
+
+func testWakeTimes(t *testing.T, fixture string, last uint64) {
+	stream := string(fixtures.ReadFile(t, fixture))
 	c, _ := newTestClient(t, streamExchange("stream", "0", stream))
-	evs, err := collect(t, c, 0, 21)
+	evs, err := collect(t, c, 0, last)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("StreamEvents returned %v", err)
 	}
