@@ -1,0 +1,314 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+	nomad "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
+)
+
+// ProdCluster is scenario 26's cluster: a Consul server and a Nomad server
+// on ProdServerAddr, and Nodes nodes, each a Consul client agent and a Nomad
+// client on ProdNodeAddr(i), every one of them with ACLs (default deny),
+// mutual TLS and (Consul) gossip encryption. Its methods are not safe for
+// concurrent use.
+type ProdCluster struct {
+	Dir string
+	CA  *CA
+	// User is the certificate the harness and the deploy user show the
+	// agents (HTTPS with verify_incoming / verify_https_client).
+	User TLSFiles
+	// ConsulToken and NomadToken are the management tokens.
+	ConsulToken, NomadToken string
+	Nodes                   int
+	procs                   []*devagents.Proc
+}
+
+// ProdClusterOptions say where the agents are and what to tell.
+type ProdClusterOptions struct {
+	ConsulBin, NomadBin, Dir string
+	Nodes                    int
+	LogLevel                 string
+	ReadyTimeout             time.Duration
+	Progress                 io.Writer
+	Guard                    *devagents.Guard
+}
+
+// NomadURL and ConsulAddr are the servers' HTTPS APIs, as NOMAD_ADDR and
+// CONSUL_HTTP_ADDR (with CONSUL_HTTP_SSL=true) want them.
+func (c *ProdCluster) NomadURL() string {
+	return fmt.Sprintf("https://%s:%d", ProdServerAddr(), NomadHTTPPort)
+}
+func (c *ProdCluster) ConsulAddr() string {
+	return fmt.Sprintf("%s:%d", ProdServerAddr(), ConsulHTTPSPort)
+}
+
+// NomadClient is an API client of the Nomad server over mutual TLS with
+// token (the management token when "").
+func (c *ProdCluster) NomadClient(token string) (*nomad.Client, error) {
+	if token == "" {
+		token = c.NomadToken
+	}
+	cl, err := nomad.NewClient(&nomad.Config{Address: c.NomadURL(), SecretID: token,
+		TLSConfig: &nomad.TLSConfig{CACert: c.User.CA, ClientCert: c.User.Cert, ClientKey: c.User.Key}})
+	if err != nil {
+		return nil, fmt.Errorf("make a Nomad client of %s: %w", c.NomadURL(), err)
+	}
+	return cl, nil
+}
+
+// ConsulClient is an API client of the Consul server over mutual TLS with
+// token (the management token when "").
+func (c *ProdCluster) ConsulClient(token string) (*consul.Client, error) {
+	if token == "" {
+		token = c.ConsulToken
+	}
+	cl, err := consul.NewClient(&consul.Config{Address: c.ConsulAddr(), Scheme: "https", Token: token,
+		TLSConfig: consul.TLSConfig{Address: "server.dc1.consul", CAFile: c.User.CA, CertFile: c.User.Cert, KeyFile: c.User.Key}})
+	if err != nil {
+		return nil, fmt.Errorf("make a Consul client of %s: %w", c.ConsulAddr(), err)
+	}
+	return cl, nil
+}
+
+// Env is what the binary under test and the agents' CLIs need to reach the
+// cluster as a user holding nomadToken and consulToken over HTTPS with the
+// CA: the variables deploy/README.md tells a reader to set.
+func (c *ProdCluster) Env(nomadToken, consulToken string) map[string]string {
+	return map[string]string{
+		"NOMAD_ADDR": c.NomadURL(), "NOMAD_TOKEN": nomadToken,
+		"NOMAD_CACERT": c.User.CA, "NOMAD_CLIENT_CERT": c.User.Cert, "NOMAD_CLIENT_KEY": c.User.Key,
+		"CONSUL_HTTP_ADDR": c.ConsulAddr(), "CONSUL_HTTP_SSL": "true", "CONSUL_HTTP_TOKEN": consulToken,
+		"CONSUL_CACERT": c.User.CA, "CONSUL_CLIENT_CERT": c.User.Cert, "CONSUL_CLIENT_KEY": c.User.Key,
+		"CONSUL_TLS_SERVER_NAME": "server.dc1.consul",
+	}
+}
+
+// StartProdCluster makes the CA and the certificates, writes every
+// configuration, starts the agents, bootstraps Nomad's ACLs and returns once
+// every node is ready in Nomad. On error it stops what it started.
+func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster, err error) {
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 90 * time.Second
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	c = &ProdCluster{Dir: o.Dir, Nodes: o.Nodes}
+	defer func() {
+		if err != nil {
+			c.Stop(10 * time.Second)
+		}
+	}()
+	if c.CA, err = NewCA("nomad-serverless e2e 26 CA"); err != nil {
+		return nil, err
+	}
+	tlsDir := filepath.Join(o.Dir, "tls")
+	if err := os.MkdirAll(tlsDir, 0o755); err != nil {
+		return nil, fmt.Errorf("start the production cluster: %w", err)
+	}
+	issue := func(name, cn string, addr string) (TLSFiles, error) {
+		dns := []string{cn, "localhost"}
+		ips := []net.IP{net.ParseIP("127.0.0.1")}
+		if addr != "" {
+			ips = append(ips, net.ParseIP(addr))
+		}
+		l, err := c.CA.Issue(cn, dns, ips)
+		if err != nil {
+			return TLSFiles{}, err
+		}
+		return c.CA.Write(tlsDir, name, l)
+	}
+	if c.User, err = issue("user", "user", ""); err != nil {
+		return nil, err
+	}
+	key, err := GossipKey()
+	if err != nil {
+		return nil, err
+	}
+	if c.ConsulToken, err = randomUUID(); err != nil {
+		return nil, err
+	}
+	env := agentEnv(os.Environ())
+
+	start := func(name, bin, cfg, dir string) (*devagents.Proc, error) {
+		fmt.Fprintf(o.Progress, "Starting %s (log %s)...\n", name, filepath.Join(dir, "agent.log"))
+		p, err := devagents.StartProc(devagents.Command{Name: name, Path: bin, Args: []string{"agent", "-config-file", cfg}, Env: env, LogPath: filepath.Join(dir, "agent.log")})
+		if err != nil {
+			return nil, fmt.Errorf("start %s: %w", name, err)
+		}
+		o.Guard.StopFirst(p.Pid(), p.Name)
+		c.procs = append(c.procs, p)
+		return p, nil
+	}
+	writeCfg := func(dir, body string) (string, error) {
+		if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+			return "", fmt.Errorf("write %s: %w", dir, err)
+		}
+		p := filepath.Join(dir, "agent.hcl")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			return "", fmt.Errorf("write %s: %w", p, err)
+		}
+		return p, nil
+	}
+
+	// Consul first: the server, then each node's agent.
+	cc, err := c.ConsulClient("")
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i <= o.Nodes; i++ {
+		name, addr, cn := "server", ProdServerAddr(), "server.dc1.consul"
+		if i > 0 {
+			name, addr, cn = fmt.Sprintf("node-%d", i), ProdNodeAddr(i), "client.dc1.consul"
+		}
+		dir := filepath.Join(o.Dir, "consul-"+name)
+		tf, err := issue("consul-"+name, cn, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := writeCfg(dir, ProdConsulConfig{Name: name, Addr: addr, DataDir: filepath.Join(dir, "data"), Server: i == 0, JoinAddr: ProdServerAddr(),
+			TLS: tf, GossipKey: key, ManagementToken: c.ConsulToken, AgentToken: c.ConsulToken, LogLevel: o.LogLevel}.Render())
+		if err != nil {
+			return nil, err
+		}
+		p, err := start("Consul "+name+" ("+addr+")", o.ConsulBin, cfg, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := devagents.WaitFor(ctx, p, "Consul "+name, o.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) error {
+			if i == 0 {
+				l, err := cc.Status().Leader()
+				if err == nil && l == "" {
+					err = errors.New("no leader yet")
+				}
+				return err
+			}
+			ms, err := cc.Agent().Members(false)
+			if err != nil {
+				return err
+			}
+			for _, m := range ms {
+				if m.Name == name && m.Status == 1 {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s not a live member yet", name)
+		}); err != nil {
+			return nil, fmt.Errorf("start the production cluster: %w", err)
+		}
+	}
+
+	// Then Nomad: the server (bootstrapped), then each node's client.
+	for i := 0; i <= o.Nodes; i++ {
+		name, addr, cn := "server", ProdServerAddr(), "server.global.nomad"
+		if i > 0 {
+			name, addr, cn = fmt.Sprintf("node-%d", i), ProdNodeAddr(i), "client.global.nomad"
+		}
+		dir := filepath.Join(o.Dir, "nomad-"+name)
+		tf, err := issue("nomad-"+name, cn, addr)
+		if err != nil {
+			return nil, err
+		}
+		ctf, err := issue("nomad-"+name+"-to-consul", "nomad-"+name, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := writeCfg(dir, ProdNomadConfig{Name: name, Addr: addr, DataDir: filepath.Join(dir, "data"), Server: i == 0, ServerAddr: ProdServerAddr(),
+			TLS: tf, ConsulAddr: addr, ConsulToken: c.ConsulToken, ConsulTLS: ctf, LogLevel: o.LogLevel}.Render())
+		if err != nil {
+			return nil, err
+		}
+		p, err := start("Nomad "+name+" ("+addr+")", o.NomadBin, cfg, dir)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			anon, err := c.NomadClient("anonymous")
+			if err != nil {
+				return nil, err
+			}
+			if err := devagents.WaitFor(ctx, p, "Nomad server", o.ReadyTimeout, 200*time.Millisecond, func(context.Context) error {
+				tok, _, err := anon.ACLTokens().Bootstrap(nil)
+				if err != nil {
+					return err
+				}
+				c.NomadToken = tok.SecretID
+				return nil
+			}); err != nil {
+				return nil, fmt.Errorf("start the production cluster: bootstrap Nomad's ACLs: %w", err)
+			}
+			continue
+		}
+		nc, err := c.NomadClient("")
+		if err != nil {
+			return nil, err
+		}
+		if err := devagents.WaitFor(ctx, p, "Nomad "+name, o.ReadyTimeout, 200*time.Millisecond, func(context.Context) error {
+			ns, _, err := nc.Nodes().List(nil)
+			if err != nil {
+				return err
+			}
+			for _, n := range ns {
+				if n.Name == name && n.Status == "ready" {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s not ready yet", name)
+		}); err != nil {
+			return nil, fmt.Errorf("start the production cluster: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Stop stops every agent, clients before servers, and returns one line per
+// agent that had to be killed.
+func (c *ProdCluster) Stop(grace time.Duration) []string {
+	var out []string
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		if c.procs[i].Stop(grace) {
+			out = append(out, c.procs[i].Name+" did not stop in "+grace.String()+": killed")
+		}
+	}
+	c.procs = nil
+	return out
+}
+
+// agentEnv is the agents' environment: this process's without the
+// variables that would point a CLI or agent elsewhere (NOMAD_*, CONSUL_*),
+// and without AWS_CA_BUNDLE, which stops Nomad 2.0 from starting.
+func agentEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "NOMAD_") || strings.HasPrefix(k, "CONSUL_") || k == "AWS_CA_BUNDLE" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// randomUUID is a random UUID (version 4), the form Consul wants its
+// tokens in.
+func randomUUID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("make a UUID: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:]), nil
+}
