@@ -147,9 +147,9 @@ func TestE2E24HTTPSWithACME(t *testing.T) {
 		})
 	}
 	http01, tlsALPN := pb.challenges()
-	t.Logf("Pebble: %d orders; challenges validated: %d http-01, %d tls-alpn-01", pb.orders(), http01, tlsALPN)
-	if n := pb.orders(); n != 1 {
-		t.Errorf("Pebble received %d orders for one name served by 3 replicas, want 1", n)
+	t.Logf("Pebble: %d orders (%d new, the rest ARI renewals); challenges validated: %d http-01, %d tls-alpn-01", pb.orders(), pb.newOrders(), http01, tlsALPN)
+	if n := pb.newOrders(); n != 1 {
+		t.Errorf("Pebble received %d new orders for one name served by 3 replicas, want 1", n)
 	}
 	obtained := 0.0
 	for _, g := range gws {
@@ -181,15 +181,15 @@ func TestE2E24HTTPSWithACME(t *testing.T) {
 	if o := c.get(roots, name, "/headers", false); o.status != 200 || o.proto != "HTTP/1.1" || !strings.Contains(o.body, `"X-Forwarded-Proto":["https"]`) {
 		t.Errorf("HTTP/1.1 over TLS through c: %d over %s: %.300s (%v)", o.status, o.proto, o.body, o.err)
 	}
-	ordersBefore := pb.orders()
+	ordersBefore := pb.newOrders()
 	h.deployGRPC(grpcSvc)
 	grpcName := grpcSvc + ".default." + tlsDomain
 	eventually(t, 3*time.Minute, "a gRPC health check over TLS to "+grpcName, func() (bool, string) {
 		err := grpcCheck(c.httpsAddr(), grpcName, roots)
 		return err == nil, fmt.Sprint(err)
 	})
-	if n := pb.orders() - ordersBefore; n != 1 {
-		t.Errorf("the gRPC service's name took %d orders, want 1", n)
+	if n := pb.newOrders() - ordersBefore; n != 1 {
+		t.Errorf("the gRPC service's name took %d new orders, want 1", n)
 	}
 
 	// A revision at zero wakes for an HTTPS request.
@@ -249,15 +249,15 @@ func TestE2E24HTTPSWithACME(t *testing.T) {
 	for _, g := range gws {
 		g.proc.Stop(t)
 	}
-	ordersBefore = pb.orders()
+	ordersBefore = pb.newOrders()
 	httpBefore, alpnBefore := pb.challenges()
 	d := h.startTLSServe("e2e-24d", ports["a"], pb.directory, ca.file, "-acme-challenges", "tls-alpn-01")
 	eventually(t, 30*time.Second, "the new replica serves "+name+" from Consul", func() (bool, string) {
 		o := d.get(roots, name, "/", true)
 		return o.err == nil && o.status == 200, fmt.Sprintf("%d %v", o.status, o.err)
 	})
-	if n := pb.orders() - ordersBefore; n != 0 {
-		t.Errorf("a replica that started took %d orders for names already in Consul", n)
+	if n := pb.newOrders() - ordersBefore; n != 0 {
+		t.Errorf("a replica that started took %d new orders for names already in Consul", n)
 	}
 	const alpnSvc = "e2e-tls-alpn"
 	h.cleanupService(alpnSvc)
@@ -734,6 +734,16 @@ func (p *pebbleProc) issuingRoots(t *testing.T, listenerCA *x509.CertPool) *x509
 // orders counts the orders Pebble took (its log says each).
 func (p *pebbleProc) orders() int {
 	return strings.Count(p.proc.Output(), "Added order ")
+}
+
+// newOrders counts the orders that are not ARI renewals. Pebble's
+// renewal window for a certificate as short-lived as the scenario's
+// spans its whole validity (its ±24 h around the two-thirds mark is
+// clamped to issue and expiry), so certmagic may renew, rightly, a second
+// after it obtained; "one order per name" means one new order.
+func (p *pebbleProc) newOrders() int {
+	out := p.proc.Output()
+	return strings.Count(out, "Added order ") - strings.Count(out, " is a replacement of ")
 }
 
 // challenges counts the challenges Pebble validated by type: it logs

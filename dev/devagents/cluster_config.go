@@ -208,6 +208,8 @@ client {
   # Nodes share one machine's ports (devagents.DynamicPortRange).
   min_dynamic_port = %[10]d
   max_dynamic_port = %[11]d
+
+%[14]s
 }
 
 consul {
@@ -221,5 +223,5 @@ plugin "raw_exec" {
   }
 }
 `, n.Name, n.NomadDataDir, a, o.logLevel(), n.Ports.NomadHTTP, n.Ports.NomadRPC, n.Ports.NomadSerf,
-		n.NomadServer, HostNetwork, n.MinDynamicPort, n.MaxDynamicPort, n.Ports.ConsulHTTP, n.Ports.ConsulGRPC)
+		n.NomadServer, HostNetwork, n.MinDynamicPort, n.MaxDynamicPort, n.Ports.ConsulHTTP, n.Ports.ConsulGRPC, cloudFingerprintsOff)
 }

@@ -65,6 +65,17 @@ acl {
 	return s
 }
 
+// cloudFingerprintsOff is the client options stanza every dev agent
+// carries: the cloud fingerprinters ask metadata services a laptop does
+// not have, and Nomad 2.0's env_aws refuses to start the agent when
+// AWS_CA_BUNDLE is set (as some machines set it for every AWS tool), so a
+// user's environment would decide whether `dev` starts.
+const cloudFingerprintsOff = `  # Loopback agents are on no cloud: skip the metadata probes (and Nomad
+  # 2.0's refusal to start when AWS_CA_BUNDLE is set).
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }`
+
 // NomadConfig renders a Nomad dev agent's configuration (server and client):
 // loopback only, data in dataDir, raw_exec enabled (examples/raw-exec.hcl
 // and the e2e services run nomad-serverless through it), services
@@ -97,12 +108,16 @@ consul {
   grpc_address = "127.0.0.1:%d"%s
 }
 
+client {
+%s
+}
+
 plugin "raw_exec" {
   config {
     enabled = true
   }
 }
-`, dataDir, o.logLevel(), p.NomadHTTP, p.NomadRPC, p.NomadSerf, p.ConsulHTTP, p.ConsulGRPC, token)
+`, dataDir, o.logLevel(), p.NomadHTTP, p.NomadRPC, p.NomadSerf, p.ConsulHTTP, p.ConsulGRPC, token, cloudFingerprintsOff)
 	if o.ACL != nil {
 		s += `
 acl {
