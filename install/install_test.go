@@ -258,7 +258,11 @@ func TestConsulTLS(t *testing.T) {
 	o.ConsulTLS, o.ConsulAddr = AuthVariable, "https://${attr.unique.network.ip-address}:8501"
 	o.GatewayTags = []string{"urlprefix-/", "traefik.enable=true"}
 	o.HTTPSPort = 8443 // the image's own user binds it
+	o.GatewayIP = "${NOMAD_IP_gateway}"
 	job := renderJob(t, o)
+	if args, _ := job.TaskGroups[0].Tasks[0].Config["args"].([]any); !slices.Contains(args, any("${NOMAD_IP_gateway}:${NOMAD_PORT_gateway}")) {
+		t.Errorf("-gateway-ip: serve's args %v lack -listen ${NOMAD_IP_gateway}:${NOMAD_PORT_gateway}", args)
+	}
 	task := job.TaskGroups[0].Tasks[0]
 	if task.Env["CONSUL_HTTP_ADDR"] != o.ConsulAddr {
 		t.Errorf("CONSUL_HTTP_ADDR = %q", task.Env["CONSUL_HTTP_ADDR"])
@@ -350,6 +354,7 @@ func TestValidateRejectsBadOptions(t *testing.T) {
 		{func(o *Options) { o.ConsulTLS = AuthVariable }, "needs an https:// -consul-addr"},
 		{func(o *Options) { o.ConsulTLS = "files" }, "-consul-tls \"files\""},
 		{func(o *Options) { o.GatewayTags = []string{"a b"} }, "-gateway-tags"},
+		{func(o *Options) { o.GatewayIP = "eth0" }, "-gateway-ip"},
 	} {
 		o := Defaults()
 		tc.set(&o)

@@ -3,6 +3,7 @@ package install
 import (
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"time"
@@ -19,7 +20,12 @@ type Options struct {
 	Datacenters []string
 	Replicas    int
 
-	Domain      string
+	Domain string
+	// GatewayIP is the address the gateway's HTTP and HTTPS listeners
+	// bind on each node: "" for every interface, or one address such as
+	// ${NOMAD_IP_gateway} (the node address Nomad gave the port) on a node
+	// with a public and a private side.
+	GatewayIP   string
 	GatewayPort int
 	AdminPort   int
 	// HTTPSPort is the gateway's HTTPS port on each node (0: no HTTPS).
@@ -157,6 +163,9 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %d: want a port from 1 to 65535", p.flag, p.port))
 		}
 	}
+	if o.GatewayIP != "" && net.ParseIP(o.GatewayIP) == nil && !strings.HasPrefix(o.GatewayIP, "${") {
+		errs = append(errs, fmt.Errorf("-gateway-ip %q: want an IP address or a Nomad interpolation such as ${NOMAD_IP_gateway}", o.GatewayIP))
+	}
 	if o.GatewayPort == o.AdminPort {
 		errs = append(errs, fmt.Errorf("-gateway-port and -admin-port are both %d: they must differ", o.GatewayPort))
 	}
@@ -241,7 +250,7 @@ func Job(o Options, version string) *api.Job {
 		// The gateway answers on every interface of the node (a load
 		// balancer or DNS round robin points at nodes:gateway-port); the
 		// admin API only on the address Consul checks.
-		"-listen", fmt.Sprintf(":${NOMAD_PORT_%s}", portGateway),
+		"-listen", fmt.Sprintf("%s:${NOMAD_PORT_%s}", o.GatewayIP, portGateway),
 		"-admin-listen", fmt.Sprintf("${NOMAD_IP_%[1]s}:${NOMAD_PORT_%[1]s}", portAdmin),
 		"-domain", o.Domain,
 		"-replica", "${NOMAD_ALLOC_ID}",

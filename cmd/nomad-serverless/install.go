@@ -35,6 +35,7 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&datacenters, "datacenters", strings.Join(o.Datacenters, ","), "comma-separated datacenters the job may run in")
 	fs.IntVar(&o.Replicas, "replicas", o.Replicas, "number of serve replicas, spread over nodes")
 	fs.StringVar(&o.Domain, "domain", o.Domain, "domain of service hosts: <service>.<namespace>.<domain>")
+	fs.StringVar(&o.GatewayIP, "gateway-ip", "", "`address` the gateway (HTTP and HTTPS) binds on each node (default: every interface; ${NOMAD_IP_gateway} for the node address Nomad assigned the port)")
 	fs.IntVar(&o.GatewayPort, "gateway-port", o.GatewayPort, "static port of the gateway on each node")
 	fs.IntVar(&o.AdminPort, "admin-port", o.AdminPort, "static port of the admin API (health, metrics) on each node")
 	fs.IntVar(&o.HTTPSPort, "https-port", o.HTTPSPort, "static port of the gateway's HTTPS on each node (0: none); certificates from Consul KV, and ACME with -acme-email")
