@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -33,6 +34,7 @@ type ProdCluster struct {
 	ConsulToken, NomadToken string
 	Nodes                   int
 	procs                   []*devagents.Proc
+	links                   []string
 }
 
 // ProdClusterOptions say where the agents are and what to tell.
@@ -43,6 +45,8 @@ type ProdClusterOptions struct {
 	ReadyTimeout             time.Duration
 	Progress                 io.Writer
 	Guard                    *devagents.Guard
+	// DockerEndpoint enables the nodes' docker driver with this dockerd.
+	DockerEndpoint string
 }
 
 // NomadURL and ConsulAddr are the servers' HTTPS APIs, as NOMAD_ADDR and
@@ -210,6 +214,14 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 		}
 	}
 
+	// Each node's own interface, holding its address alone: a veth pair
+	// (no dummy module here), whose peer stays unaddressed.
+	for i := 1; i <= o.Nodes; i++ {
+		if err := c.addInterface(NodeInterface(i), ProdNodeAddr(i)); err != nil {
+			return nil, fmt.Errorf("start the production cluster: %w", err)
+		}
+	}
+
 	// Then Nomad: the server (bootstrapped), then each node's client.
 	for i := 0; i <= o.Nodes; i++ {
 		name, addr, cn := "server", ProdServerAddr(), "server.global.nomad"
@@ -225,8 +237,13 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 		if err != nil {
 			return nil, err
 		}
-		cfg, err := writeCfg(dir, ProdNomadConfig{Name: name, Addr: addr, DataDir: filepath.Join(dir, "data"), Server: i == 0, ServerAddr: ProdServerAddr(),
-			TLS: tf, ConsulAddr: addr, ConsulToken: c.ConsulToken, ConsulTLS: ctf, LogLevel: o.LogLevel}.Render())
+		nc := ProdNomadConfig{Name: name, Addr: addr, DataDir: filepath.Join(dir, "data"), Server: i == 0, ServerAddr: ProdServerAddr(),
+			TLS: tf, ConsulAddr: addr, ConsulToken: c.ConsulToken, ConsulTLS: ctf, LogLevel: o.LogLevel}
+		if i > 0 {
+			nc.NetworkInterface, nc.DockerEndpoint = NodeInterface(i), o.DockerEndpoint
+			nc.MinDynamicPort, nc.MaxDynamicPort = NodeDynamicPorts(i)
+		}
+		cfg, err := writeCfg(dir, nc.Render())
 		if err != nil {
 			return nil, err
 		}
@@ -251,12 +268,12 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 			}
 			continue
 		}
-		nc, err := c.NomadClient("")
+		api, err := c.NomadClient("")
 		if err != nil {
 			return nil, err
 		}
 		if err := devagents.WaitFor(ctx, p, "Nomad "+name, o.ReadyTimeout, 200*time.Millisecond, func(context.Context) error {
-			ns, _, err := nc.Nodes().List(nil)
+			ns, _, err := api.Nodes().List(nil)
 			if err != nil {
 				return err
 			}
@@ -283,7 +300,35 @@ func (c *ProdCluster) Stop(grace time.Duration) []string {
 		}
 	}
 	c.procs = nil
+	for _, l := range c.links {
+		if out2, err := exec.Command("ip", "link", "del", l).CombinedOutput(); err != nil {
+			out = append(out, fmt.Sprintf("remove interface %s: %v: %s", l, err, strings.TrimSpace(string(out2))))
+		}
+	}
+	c.links = nil
 	return out
+}
+
+// addInterface makes a veth pair name/name+"p", puts addr/32 on name and
+// brings both up; Stop removes it. One left by an earlier run that died is
+// removed first.
+func (c *ProdCluster) addInterface(name, addr string) error {
+	_ = exec.Command("ip", "link", "del", name).Run()
+	for _, args := range [][]string{
+		{"link", "add", name, "type", "veth", "peer", "name", name + "p"},
+		{"addr", "add", addr + "/32", "dev", name},
+		{"link", "set", name, "up"},
+		{"link", "set", name + "p", "up"},
+	} {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip %s: %w: %s (the scenario makes one interface per node and needs root)", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		if args[0] == "link" && args[1] == "add" {
+			c.links = append(c.links, name)
+		}
+	}
+	return nil
 }
 
 // agentEnv is the agents' environment: this process's without the

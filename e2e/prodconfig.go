@@ -124,6 +124,26 @@ type ProdNomadConfig struct {
 	// ConsulTLS is the certificate the agent shows Consul.
 	ConsulTLS TLSFiles
 	LogLevel  string
+	// A client's own network: the interface holding its address alone
+	// (NodeInterface), so static ports and ${attr.unique.network.ip-address}
+	// are the node's as on separate machines, and its share of the dynamic
+	// ports (an app binding every interface would collide with another
+	// node's on one machine).
+	NetworkInterface               string
+	MinDynamicPort, MaxDynamicPort int
+	// DockerEndpoint, when set, enables the docker driver with this
+	// dockerd (the control plane's image runs there).
+	DockerEndpoint string
+}
+
+// NodeInterface is the name of node i's network interface (a veth whose
+// only address is ProdNodeAddr(i)).
+func NodeInterface(i int) string { return fmt.Sprintf("ns26n%d", i) }
+
+// NodeDynamicPorts is node i's share of the dynamic port range.
+func NodeDynamicPorts(i int) (lo, hi int) {
+	const base, size = 21000, 2000
+	return base + (i-1)*size, base + i*size - 1
 }
 
 // Render is the agent's HCL configuration.
@@ -179,11 +199,13 @@ server {
 client {
   enabled           = true
   servers           = [%q]
-  network_interface = "lo"
-  options {
+  network_interface = %q
+  min_dynamic_port  = %d
+  max_dynamic_port  = %d
+  options = {
     # Nomad 2.0 refuses to start while AWS_CA_BUNDLE is set unless its
-    # AWS fingerprinter is off; nothing here runs on AWS.
-    "fingerprint.denylist" = "env_aws"
+    # AWS fingerprinter is off; nothing here runs on a cloud.
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
 }
 
@@ -192,7 +214,19 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, fmt.Sprintf("%s:%d", c.ServerAddr, NomadRPCPort))
+`, fmt.Sprintf("%s:%d", c.ServerAddr, NomadRPCPort), c.NetworkInterface, c.MinDynamicPort, c.MaxDynamicPort)
+		if c.DockerEndpoint != "" {
+			fmt.Fprintf(&b, `
+plugin "docker" {
+  config {
+    endpoint = %q
+    gc {
+      image = false
+    }
+  }
+}
+`, c.DockerEndpoint)
+		}
 	}
 	fmt.Fprintf(&b, `
 consul {

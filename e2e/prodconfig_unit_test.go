@@ -26,7 +26,8 @@ func TestUnitProdConfigs(t *testing.T) {
 	}
 
 	nsrv := ProdNomadConfig{Name: "server", Addr: ProdServerAddr(), DataDir: "/d/nomad", Server: true, TLS: tf, ConsulAddr: ProdServerAddr(), ConsulTLS: tf, ConsulToken: "T"}.Render()
-	ncli := ProdNomadConfig{Name: "node-1", Addr: ProdNodeAddr(1), DataDir: "/d/n1n", ServerAddr: ProdServerAddr(), TLS: tf, ConsulAddr: ProdNodeAddr(1), ConsulTLS: tf, ConsulToken: "T"}.Render()
+	ncli := ProdNomadConfig{Name: "node-1", Addr: ProdNodeAddr(1), DataDir: "/d/n1n", ServerAddr: ProdServerAddr(), TLS: tf, ConsulAddr: ProdNodeAddr(1), ConsulTLS: tf, ConsulToken: "T",
+		NetworkInterface: NodeInterface(1), MinDynamicPort: 21000, MaxDynamicPort: 22999, DockerEndpoint: "unix:///var/run/docker.sock"}.Render()
 	for _, want := range []string{"enabled = true", "verify_https_client    = true", "rpc                    = true", `address      = "`, "ssl          = true"} {
 		for name, cfg := range map[string]string{"server": nsrv, "client": ncli} {
 			if !strings.Contains(cfg, want) {
@@ -37,7 +38,16 @@ func TestUnitProdConfigs(t *testing.T) {
 	if !strings.Contains(nsrv, "service_identity") || !strings.Contains(nsrv, "task_identity") || strings.Contains(ncli, "service_identity") {
 		t.Errorf("the Nomad server, alone, signs workload identities for Consul:\nserver:\n%s\nclient:\n%s", nsrv, ncli)
 	}
-	if !strings.Contains(ncli, `"fingerprint.denylist" = "env_aws"`) || !strings.Contains(ncli, `servers           = ["127.0.26.1:4647"]`) {
+	for _, want := range []string{`network_interface = "ns26n1"`, "min_dynamic_port  = 21000", `endpoint = "unix:///var/run/docker.sock"`} {
+		if !strings.Contains(ncli, want) {
+			t.Errorf("Nomad client config lacks %q:\n%s", want, ncli)
+		}
+	}
+	lo1, hi1 := NodeDynamicPorts(1)
+	if lo2, _ := NodeDynamicPorts(2); hi1 >= lo2 || lo1 < 20000 {
+		t.Errorf("nodes' dynamic ports overlap: node 1 %d-%d, node 2 from %d", lo1, hi1, lo2)
+	}
+	if !strings.Contains(ncli, `"fingerprint.denylist" = "env_aws,`) || !strings.Contains(ncli, `servers           = ["127.0.26.1:4647"]`) {
 		t.Errorf("Nomad client config:\n%s", ncli)
 	}
 }
