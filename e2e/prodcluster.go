@@ -99,6 +99,16 @@ func (c *ProdCluster) Env(nomadToken, consulToken string) map[string]string {
 	}
 }
 
+// IssueClient is a client certificate of the cluster's CA for cn (a
+// control plane, a user), written in the cluster's tls directory.
+func (c *ProdCluster) IssueClient(cn string) (TLSFiles, error) {
+	l, err := c.CA.Issue(cn, []string{cn}, nil)
+	if err != nil {
+		return TLSFiles{}, err
+	}
+	return c.CA.Write(filepath.Join(c.Dir, "tls"), cn, l)
+}
+
 // StartProdCluster makes the CA and the certificates, writes every
 // configuration, starts the agents, bootstraps Nomad's ACLs and returns once
 // every node is ready in Nomad. On error it stops what it started.

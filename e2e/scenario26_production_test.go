@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -43,16 +44,50 @@ func TestE2E26Production(t *testing.T) {
 		t.Skip(line)
 	}
 
-	dir, err := os.MkdirTemp("", "nomad-serverless-e2e-prod-")
+	// The control plane runs from the scratch image (deploy/README.md's
+	// docker way), so the nodes need a dockerd.
+	dplan := DecideDocker(os.Getenv, exec.LookPath, PingHost)
+	if dplan.Skip != "" {
+		t.Skip("e2e 26: " + dplan.Skip)
+	}
+	dir, err := os.MkdirTemp("", "ns-e2e-prod-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	dockerHost := dplan.Host
+	if dockerHost == "" {
+		d, err := StartDockerd(ctx, dplan.Dockerd, dir, h.s.Guard)
+		if err != nil {
+			t.Fatalf("start dockerd: %v", err)
+		}
+		dockerHost = d.Host
+		t.Cleanup(func() {
+			if d.Stop(40 * time.Second) {
+				t.Errorf("dockerd did not stop within 40s; killed it (log %s)", d.LogPath)
+			}
+			if err := UnmountUnder(dir); err != nil {
+				t.Logf("unmount below %s: %v", dir, err)
+			}
+		})
+	}
+	dc := NewDockerClient(dockerHost)
+	image, pauseImage := fmt.Sprintf("nomad-serverless:e2e26-%d", os.Getpid()), fmt.Sprintf("nomad-serverless-pause:e2e26-%d", os.Getpid())
+	t.Cleanup(func() {
+		for _, ref := range []string{image, pauseImage} {
+			if err := dc.RemoveImage(context.Background(), ref); err != nil {
+				t.Logf("remove image %s: %v", ref, err)
+			}
+		}
+	})
+	h.buildImages(dc, dir, image, pauseImage)
+
 	start := time.Now()
 	cl, err := StartProdCluster(ctx, ProdClusterOptions{
 		ConsulBin: h.s.Plan.ConsulBin, NomadBin: h.s.Plan.NomadBin, Dir: dir, Nodes: 3,
 		LogLevel: "DEBUG", ReadyTimeout: 2 * time.Minute, Progress: testWriter{t}, Guard: h.s.Guard,
+		DockerEndpoint: dockerHost,
 	})
 	if err != nil {
 		t.Logf("agent data and logs kept in %s", dir)
@@ -61,6 +96,9 @@ func TestE2E26Production(t *testing.T) {
 	t.Cleanup(func() {
 		for _, line := range cl.Stop(agentStopGrace) {
 			t.Errorf("production cluster stop: %s", line)
+		}
+		if err := UnmountUnder(dir); err != nil {
+			t.Logf("unmount below %s: %v", dir, err)
 		}
 		if t.Failed() || *keepData {
 			t.Logf("agent data and logs kept in %s", dir)
@@ -74,12 +112,27 @@ func TestE2E26Production(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("workload identities wired to Consul", func(t *testing.T) {
-		start := time.Now()
-		if err := wireWorkloadIdentities(ctx, cl, cc); err != nil {
-			t.Fatal(err)
-		}
-		h.timing("wire Nomad's workload identities to Consul (auth method, binding rules)", time.Since(start))
+	nc, err := cl.NomadClient("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := wireWorkloadIdentities(ctx, cl, cc); err != nil {
+		t.Fatal(err)
+	}
+	h.timing("wire Nomad's workload identities to Consul (auth method, binding rules)", time.Since(start))
+
+	// From here on the harness observes the production cluster with the
+	// management tokens; the CLI runs with whatever tokens a step names.
+	p := h.on(t)
+	p.nomad, p.consul, p.serveConsul = nc, cc, cc
+	op := prodOperator{t: t, h: p, cl: cl, nomadBin: h.s.Plan.NomadBin, consulBin: h.s.Plan.ConsulBin, installDir: filepath.Join(dir, "ns-install")}
+	u, applied := op.installControlPlane(image)
+	t.Run("deploy user", func(t *testing.T) {
+		deployUserSteps(t, p, cl, u, applied)
+	})
+	t.Run("under load behind Fabio", func(t *testing.T) {
+		controlPlaneUnderLoad(t, p, op, cl, u, dc, image)
 	})
 }
 
