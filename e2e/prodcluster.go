@@ -99,6 +99,18 @@ func (c *ProdCluster) Env(nomadToken, consulToken string) map[string]string {
 	}
 }
 
+// agentDir is an agent's directory below the cluster's: short, because
+// Nomad makes each task's API socket below its data_dir
+// (d/alloc/<alloc ID>/<task>/secrets/api.sock) and a unix socket's path
+// has 108 bytes at most. kind is "c" (Consul) or "n" (Nomad); node 0 is
+// the server.
+func agentDir(kind string, i int) string {
+	if i == 0 {
+		return kind + "s"
+	}
+	return fmt.Sprintf("%s%d", kind, i)
+}
+
 // IssueClient is a client certificate of the cluster's CA for cn (a
 // control plane, a user), written in the cluster's tls directory.
 func (c *ProdCluster) IssueClient(cn string) (TLSFiles, error) {
@@ -119,10 +131,12 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	c = &ProdCluster{Dir: o.Dir, Nodes: o.Nodes}
+	started := &ProdCluster{Dir: o.Dir, Nodes: o.Nodes}
+	c = started
 	defer func() {
+		// Not c: a failing return sets it to nil.
 		if err != nil {
-			c.Stop(10 * time.Second)
+			started.Stop(10 * time.Second)
 		}
 	}()
 	if c.CA, err = NewCA("nomad-serverless e2e 26 CA"); err != nil {
@@ -158,7 +172,12 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 
 	start := func(name, bin, cfg, dir string) (*devagents.Proc, error) {
 		fmt.Fprintf(o.Progress, "Starting %s (log %s)...\n", name, filepath.Join(dir, "agent.log"))
-		p, err := devagents.StartProc(devagents.Command{Name: name, Path: bin, Args: []string{"agent", "-config-file", cfg}, Env: env, LogPath: filepath.Join(dir, "agent.log")})
+		// Consul's flag is -config-file, Nomad's -config.
+		flag := "-config-file"
+		if bin == o.NomadBin {
+			flag = "-config"
+		}
+		p, err := devagents.StartProc(devagents.Command{Name: name, Path: bin, Args: []string{"agent", flag, cfg}, Env: env, LogPath: filepath.Join(dir, "agent.log")})
 		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", name, err)
 		}
@@ -167,7 +186,7 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 		return p, nil
 	}
 	writeCfg := func(dir, body string) (string, error) {
-		if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, "d"), 0o755); err != nil {
 			return "", fmt.Errorf("write %s: %w", dir, err)
 		}
 		p := filepath.Join(dir, "agent.hcl")
@@ -187,12 +206,12 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 		if i > 0 {
 			name, addr, cn = fmt.Sprintf("node-%d", i), ProdNodeAddr(i), "client.dc1.consul"
 		}
-		dir := filepath.Join(o.Dir, "consul-"+name)
+		dir := filepath.Join(o.Dir, agentDir("c", i))
 		tf, err := issue("consul-"+name, cn, addr)
 		if err != nil {
 			return nil, err
 		}
-		cfg, err := writeCfg(dir, ProdConsulConfig{Name: name, Addr: addr, DataDir: filepath.Join(dir, "data"), Server: i == 0, JoinAddr: ProdServerAddr(),
+		cfg, err := writeCfg(dir, ProdConsulConfig{Name: name, Addr: addr, DataDir: filepath.Join(dir, "d"), Server: i == 0, JoinAddr: ProdServerAddr(),
 			TLS: tf, GossipKey: key, ManagementToken: c.ConsulToken, AgentToken: c.ConsulToken, LogLevel: o.LogLevel}.Render())
 		if err != nil {
 			return nil, err
@@ -238,7 +257,7 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 		if i > 0 {
 			name, addr, cn = fmt.Sprintf("node-%d", i), ProdNodeAddr(i), "client.global.nomad"
 		}
-		dir := filepath.Join(o.Dir, "nomad-"+name)
+		dir := filepath.Join(o.Dir, agentDir("n", i))
 		tf, err := issue("nomad-"+name, cn, addr)
 		if err != nil {
 			return nil, err
@@ -247,7 +266,7 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 		if err != nil {
 			return nil, err
 		}
-		nc := ProdNomadConfig{Name: name, Addr: addr, DataDir: filepath.Join(dir, "data"), Server: i == 0, ServerAddr: ProdServerAddr(),
+		nc := ProdNomadConfig{Name: name, Addr: addr, DataDir: filepath.Join(dir, "d"), Server: i == 0, ServerAddr: ProdServerAddr(),
 			TLS: tf, ConsulAddr: addr, ConsulToken: c.ConsulToken, ConsulTLS: ctf, LogLevel: o.LogLevel}
 		if i > 0 {
 			nc.NetworkInterface, nc.DockerEndpoint = NodeInterface(i), o.DockerEndpoint

@@ -51,9 +51,16 @@ func (o prodOperator) run(env map[string]string, bin string, args ...string) str
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	out, err := cmd.CombinedOutput()
-	o.t.Logf("$ %s %s\n%s", filepath.Base(bin), strings.Join(args, " "), redactTokens(string(out)))
+	shown := make([]string, len(args))
+	for i, a := range args {
+		if k, _, ok := strings.Cut(a, "="); ok && strings.HasSuffix(k, "_token") {
+			a = k + "=<redacted>"
+		}
+		shown[i] = a
+	}
+	o.t.Logf("$ %s %s\n%s", filepath.Base(bin), strings.Join(shown, " "), redactTokens(string(out)))
 	if err != nil {
-		o.t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+		o.t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(shown, " "), err, out)
 	}
 	return string(out)
 }
@@ -311,10 +318,10 @@ func controlPlaneUnderLoad(t *testing.T, h *harness, op prodOperator, cl *ProdCl
 		Scaling: Scaling{Min: 1, Max: 5, Initial: 1, Target: 5, Window: 6 * time.Second, ScaleToZeroGrace: 2 * time.Second}}))
 	p.deploy(p.writeServices("zero.hcl", Service{Name: sleeper, Env: map[string]string{"TESTAPP_NAME": "zero"}, Concurrency: 10, Scaling: FastScaling()}))
 
-	// Fabio reads the catalog with a token of its own (read on services
-	// and nodes) and the CA and a client certificate (mutual TLS).
+	// Fabio reads the catalog with a token of its own (read on services,
+	// nodes and agents: it asks /v1/agent/self at start) and the CA and a client certificate (mutual TLS).
 	rules := filepath.Join(op.installDir, "fabio.policy.hcl")
-	if err := os.WriteFile(rules, []byte("service_prefix \"\" {\n  policy = \"read\"\n}\nnode_prefix \"\" {\n  policy = \"read\"\n}\n"), 0o644); err != nil {
+	if err := os.WriteFile(rules, []byte("service_prefix \"\" {\n  policy = \"read\"\n}\nnode_prefix \"\" {\n  policy = \"read\"\n}\nagent_prefix \"\" {\n  policy = \"read\"\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	op.consulCLI("acl", "policy", "create", "-name", "fabio", "-rules", "@"+rules)

@@ -50,7 +50,8 @@ func TestE2E26Production(t *testing.T) {
 	if dplan.Skip != "" {
 		t.Skip("e2e 26: " + dplan.Skip)
 	}
-	dir, err := os.MkdirTemp("", "ns-e2e-prod-")
+	// Short: the task API sockets are below it (agentDir says why).
+	dir, err := os.MkdirTemp("", "ns26-")
 	if err != nil {
 		t.Fatal(err)
 	}
