@@ -319,6 +319,47 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 	return c, nil
 }
 
+// PurgeJobs purges every job and waits, up to timeout, until no
+// allocation runs: unlike a dev agent, a Nomad client that stops leaves
+// its tasks running (so an agent's restart does not stop the cluster's
+// work), and the scenario must leave nothing behind.
+func (c *ProdCluster) PurgeJobs(timeout time.Duration) error {
+	nc, err := c.NomadClient("")
+	if err != nil {
+		return err
+	}
+	q := &nomad.QueryOptions{Namespace: "*"}
+	jobs, _, err := nc.Jobs().List(q)
+	if err != nil {
+		return fmt.Errorf("purge the scenario's jobs: list: %w", err)
+	}
+	for _, j := range jobs {
+		if _, _, err := nc.Jobs().Deregister(j.ID, true, &nomad.WriteOptions{Namespace: j.Namespace}); err != nil {
+			return fmt.Errorf("purge job %s: %w", j.ID, err)
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		allocs, _, err := nc.Allocations().List(q)
+		if err != nil {
+			return fmt.Errorf("purge the scenario's jobs: list allocations: %w", err)
+		}
+		var running []string
+		for _, a := range allocs {
+			if a.ClientStatus == nomad.AllocClientStatusRunning || a.ClientStatus == nomad.AllocClientStatusPending {
+				running = append(running, a.JobID+"/"+a.ID[:8])
+			}
+		}
+		if len(running) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("purge the scenario's jobs: still running after %s: %v", timeout, running)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // Stop stops every agent, clients before servers, and returns one line per
 // agent that had to be killed.
 func (c *ProdCluster) Stop(grace time.Duration) []string {

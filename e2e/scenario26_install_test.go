@@ -271,9 +271,13 @@ func deployUserSteps(t *testing.T, h *harness, cl *ProdCluster, u deployUser, ap
 	if out := p.mustCLI("status", svc); !strings.Contains(out, rev1) || !strings.Contains(out, rev2) || !strings.Contains(out, "50%") {
 		t.Errorf("status lacks the two revisions at 50%%:\n%s", out)
 	}
-	eventually(t, time.Minute, "logs shows the app's output", func() (bool, string) {
-		out, errOut, code := p.cli("logs", "-follow=false", "-since", "10m", "-stderr", "-revision", rev2, svc)
-		return code == 0 && strings.TrimSpace(out) != "", fmt.Sprintf("exit %d: %s", code, errOut)
+	eventually(t, time.Minute, "logs shows the app's and the sidecar's output", func() (bool, string) {
+		app, errOut, code := p.cli("logs", "-follow=false", "-since", "10m", "-stderr", "-revision", rev2, svc)
+		if code != 0 || !strings.Contains(app, "testapp: listening") {
+			return false, fmt.Sprintf("app's stderr: exit %d: %q %s", code, app, errOut)
+		}
+		sidecar, errOut, code := p.cli("logs", "-follow=false", "-since", "10m", "-sidecar", "-stderr", "-revision", rev2, svc)
+		return code == 0 && strings.Contains(sidecar, `"msg":`), fmt.Sprintf("sidecar's stderr: exit %d: %q %s", code, sidecar, errOut)
 	})
 
 	// delete: nothing left.

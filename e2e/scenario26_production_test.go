@@ -95,6 +95,9 @@ func TestE2E26Production(t *testing.T) {
 		t.Fatalf("start the production cluster (Nomad %s, Consul %s): %v", nv, cv, err)
 	}
 	t.Cleanup(func() {
+		if err := cl.PurgeJobs(time.Minute); err != nil {
+			t.Errorf("production cluster: %v", err)
+		}
 		for _, line := range cl.Stop(agentStopGrace) {
 			t.Errorf("production cluster stop: %s", line)
 		}
