@@ -147,10 +147,12 @@ func TestJobShape(t *testing.T) {
 	if ports["gateway"] != 80 || ports["admin"] != 9090 {
 		t.Errorf("static ports = %v", ports)
 	}
-	if len(g.Services) != 1 {
-		t.Fatalf("services = %d", len(g.Services))
+	// The gateway is the serve task's service: Nomad takes it out of
+	// Consul the moment the task exits, not when its check next fails.
+	if len(g.Services) != 0 || len(g.Tasks[0].Services) != 1 {
+		t.Fatalf("group services = %d, task services = %d: want the one gateway service on the task", len(g.Services), len(g.Tasks[0].Services))
 	}
-	svc := g.Services[0]
+	svc := g.Tasks[0].Services[0]
 	if svc.Name != "nomad-serverless-gateway" || svc.PortLabel != "gateway" || len(svc.Checks) != 1 {
 		t.Fatalf("service = %+v", svc)
 	}
@@ -302,7 +304,7 @@ func TestConsulTLS(t *testing.T) {
 			t.Errorf("no template writes %s", f.file)
 		}
 	}
-	if tags := job.TaskGroups[0].Services[0].Tags; !slices.Equal(tags, []string{"nomad-serverless", "gateway", "urlprefix-/", "traefik.enable=true"}) {
+	if tags := job.TaskGroups[0].Tasks[0].Services[0].Tags; !slices.Equal(tags, []string{"nomad-serverless", "gateway", "urlprefix-/", "traefik.enable=true"}) {
 		t.Errorf("gateway tags %v", tags)
 	}
 	// On 443 the task runs as root, which then owns the files.

@@ -391,6 +391,28 @@ func Job(o Options, version string) *api.Job {
 		}}, task.Templates...)
 	}
 
+	// A task service, not a group one: Nomad deregisters a task's
+	// services as soon as the task exits (and registers them again when
+	// it restarts), so a replica that crashes leaves a catalog-driven
+	// proxy's table at once instead of after its check fails (a group
+	// service stays registered, passing until the next check, for as long
+	// as the allocation lives).
+	task.Services = []*api.Service{{
+		Name:      gatewayService,
+		PortLabel: portGateway,
+		Provider:  "consul",
+		Tags:      append([]string{"nomad-serverless", "gateway"}, o.GatewayTags...),
+		Meta:      map[string]string{"domain": o.Domain},
+		Checks: []api.ServiceCheck{{
+			Name:      "serve healthz",
+			Type:      "http",
+			PortLabel: portAdmin,
+			Path:      "/healthz",
+			Interval:  5 * time.Second,
+			Timeout:   2 * time.Second,
+		}},
+	}}
+
 	group := &api.TaskGroup{
 		Name:  new(groupName),
 		Count: new(o.Replicas),
@@ -399,21 +421,6 @@ func Job(o Options, version string) *api.Job {
 		}},
 		Networks: []*api.NetworkResource{{
 			ReservedPorts: reservedPorts(o),
-		}},
-		Services: []*api.Service{{
-			Name:      gatewayService,
-			PortLabel: portGateway,
-			Provider:  "consul",
-			Tags:      append([]string{"nomad-serverless", "gateway"}, o.GatewayTags...),
-			Meta:      map[string]string{"domain": o.Domain},
-			Checks: []api.ServiceCheck{{
-				Name:      "serve healthz",
-				Type:      "http",
-				PortLabel: portAdmin,
-				Path:      "/healthz",
-				Interval:  5 * time.Second,
-				Timeout:   2 * time.Second,
-			}},
 		}},
 		// One replica at a time, healthy by its Consul check, rolled back
 		// if a new version never passes.
