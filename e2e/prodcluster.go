@@ -319,7 +319,7 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 	return c, nil
 }
 
-// PurgeJobs purges every job and waits, up to timeout, until no
+// PurgeJobs stops every job and waits, up to timeout, until no
 // allocation runs: unlike a dev agent, a Nomad client that stops leaves
 // its tasks running (so an agent's restart does not stop the cluster's
 // work), and the scenario must leave nothing behind.
@@ -333,9 +333,12 @@ func (c *ProdCluster) PurgeJobs(timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("purge the scenario's jobs: list: %w", err)
 	}
+	// Stopped, not purged: a purged job's allocations leave the server's
+	// state before the clients have stopped them, and the wait below
+	// would see nothing running while the tasks still run.
 	for _, j := range jobs {
-		if _, _, err := nc.Jobs().Deregister(j.ID, true, &nomad.WriteOptions{Namespace: j.Namespace}); err != nil {
-			return fmt.Errorf("purge job %s: %w", j.ID, err)
+		if _, _, err := nc.Jobs().Deregister(j.ID, false, &nomad.WriteOptions{Namespace: j.Namespace}); err != nil {
+			return fmt.Errorf("stop job %s: %w", j.ID, err)
 		}
 	}
 	deadline := time.Now().Add(timeout)
@@ -351,6 +354,9 @@ func (c *ProdCluster) PurgeJobs(timeout time.Duration) error {
 			}
 		}
 		if len(running) == 0 {
+			for _, j := range jobs {
+				_, _, _ = nc.Jobs().Deregister(j.ID, true, &nomad.WriteOptions{Namespace: j.Namespace})
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {

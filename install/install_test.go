@@ -426,7 +426,7 @@ func TestPolicies(t *testing.T) {
 	}
 	want := [][]policyRule{
 		{{Kind: "namespace", Label: "*", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "scale-job"}}},
-		{{Kind: "namespace", Label: "apps", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "submit-job"}}},
+		{{Kind: "namespace", Label: "apps", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "submit-job", "read-logs", "read-fs"}}},
 		{
 			{Kind: "service_prefix", Label: "", Policy: "write"},
 			{Kind: "node_prefix", Label: "", Policy: "read"},
