@@ -370,10 +370,21 @@ func (c *ProdCluster) PurgeJobs(timeout time.Duration) error {
 // agent that had to be killed.
 func (c *ProdCluster) Stop(grace time.Duration) []string {
 	var out []string
+	// Nomad's plugin processes (executors, logmon) outlive a client
+	// that stops, even for allocations that ended.
+	var left []devagents.Leftovers
+	for _, p := range c.procs {
+		if !p.Exited() {
+			left = append(left, devagents.SnapshotLeftovers(p.Pid()))
+		}
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		if c.procs[i].Stop(grace) {
 			out = append(out, c.procs[i].Name+" did not stop in "+grace.String()+": killed")
 		}
+	}
+	for _, l := range left {
+		l.Kill(grace)
 	}
 	c.procs = nil
 	for _, l := range c.links {

@@ -23,10 +23,15 @@ import (
 // the harness makes, Consul gossip encryption, and Nomad's workload
 // identities wired to Consul as `nomad setup consul` wires them.
 //
-// What runs so far: the cluster comes up that way and the workload
-// identities are wired. Still to come (see the report of issue 33): install
-// -apply with -nomad-auth identity and the deploy user's steps, Fabio under
-// load through a rolling update and a kill -9, and part 3's errors.
+// After the agents are up, every step is one deploy/README.md tells a
+// reader to take (scenario26_install_test.go): install -out, the policies
+// and tokens, the control plane's Consul token and client certificate in
+// its Variable, install -apply (docker, -nomad-auth identity, 3 replicas);
+// then a deploy user holding only the deploy policies deploys, wakes a
+// revision at zero through an installed gateway, splits traffic, reads
+// status and logs and deletes; then Fabio in front, 8 connections of load
+// through a rolling update of the control plane and a kill -9 of one
+// replica. Part 3 of issue 33 (the actionable errors) is not here yet.
 func TestE2E26Production(t *testing.T) {
 	h := newHarness(t, "26 production")
 	if h.s.Plan.Mode != StartAgents {
