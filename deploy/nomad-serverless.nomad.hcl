@@ -42,26 +42,6 @@ job "nomad-serverless" {
       }
     }
 
-    service {
-      name     = "nomad-serverless-gateway"
-      tags     = ["nomad-serverless", "gateway"]
-      port     = "gateway"
-      provider = "consul"
-
-      check {
-        name     = "serve healthz"
-        type     = "http"
-        path     = "/healthz"
-        port     = "admin"
-        interval = "5s"
-        timeout  = "2s"
-      }
-
-      meta {
-        domain = "example.com"
-      }
-    }
-
     task "serve" {
       driver         = "docker"
       user           = "root"
@@ -79,6 +59,26 @@ job "nomad-serverless" {
       env {
         CONSUL_HTTP_ADDR = "127.0.0.1:8500"
         NOMAD_ADDR       = "unix://${NOMAD_SECRETS_DIR}/api.sock"
+      }
+
+      service {
+        name     = "nomad-serverless-gateway"
+        tags     = ["nomad-serverless", "gateway"]
+        port     = "gateway"
+        provider = "consul"
+
+        check {
+          name     = "serve healthz"
+          type     = "http"
+          path     = "/healthz"
+          port     = "admin"
+          interval = "5s"
+          timeout  = "2s"
+        }
+
+        meta {
+          domain = "example.com"
+        }
       }
 
       resources {

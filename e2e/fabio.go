@@ -21,6 +21,9 @@ type FabioConfig struct {
 	Consul string
 	// Token is CONSUL_HTTP_TOKEN (empty: none).
 	Token string
+	// TLS, when set, is the CA and the client certificate Fabio shows a
+	// Consul with mutual TLS on HTTPS (Consul is then an https:// URL).
+	TLS TLSFiles
 }
 
 // FabioAccessLogFormat is the access log Fabio writes to its output: which
@@ -60,6 +63,12 @@ func (c FabioConfig) Args() []string {
 	}
 	if c.Token != "" {
 		args = append(args, "-registry.consul.token", c.Token)
+	}
+	if c.TLS.CA != "" {
+		args = append(args, "-registry.consul.tls.cafile", c.TLS.CA)
+	}
+	if c.TLS.Cert != "" {
+		args = append(args, "-registry.consul.tls.certfile", c.TLS.Cert, "-registry.consul.tls.keyfile", c.TLS.Key)
 	}
 	return args
 }

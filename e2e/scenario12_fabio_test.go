@@ -40,12 +40,17 @@ func (h *harness) startFabio(bin string) *fabio {
 	if token == "" {
 		token = os.Getenv("CONSUL_HTTP_TOKEN")
 	}
-	cfg := FabioConfig{
+	return h.runFabio(bin, FabioConfig{
 		Proxy:  "127.0.0.1:" + strconv.Itoa(testbin.FreePort(h.t)),
 		UI:     "127.0.0.1:" + strconv.Itoa(testbin.FreePort(h.t)),
 		Consul: addr,
 		Token:  token,
-	}
+	})
+}
+
+// runFabio runs Fabio with cfg and waits until it answers.
+func (h *harness) runFabio(bin string, cfg FabioConfig) *fabio {
+	h.t.Helper()
 	p := testbin.Start(h.t, bin, cfg.Args(), nil)
 	f := &fabio{proc: p, proxy: cfg.Proxy, ui: cfg.UI, client: NewClient(4)}
 	eventually(h.t, 30*time.Second, "fabio answers /health and /api/routes on "+cfg.UI, func() (bool, string) {

@@ -147,10 +147,12 @@ func TestJobShape(t *testing.T) {
 	if ports["gateway"] != 80 || ports["admin"] != 9090 {
 		t.Errorf("static ports = %v", ports)
 	}
-	if len(g.Services) != 1 {
-		t.Fatalf("services = %d", len(g.Services))
+	// The gateway is the serve task's service: Nomad takes it out of
+	// Consul the moment the task exits, not when its check next fails.
+	if len(g.Services) != 0 || len(g.Tasks[0].Services) != 1 {
+		t.Fatalf("group services = %d, task services = %d: want the one gateway service on the task", len(g.Services), len(g.Tasks[0].Services))
 	}
-	svc := g.Services[0]
+	svc := g.Tasks[0].Services[0]
 	if svc.Name != "nomad-serverless-gateway" || svc.PortLabel != "gateway" || len(svc.Checks) != 1 {
 		t.Fatalf("service = %+v", svc)
 	}
@@ -249,6 +251,71 @@ func TestAuthModes(t *testing.T) {
 	}
 }
 
+// TestConsulTLS: with -consul-tls variable, the CA and the client
+// certificate come from the job's Variable into secrets/, where the
+// variables the Consul client reads point, and the token template stays
+// the env file it was.
+func TestConsulTLS(t *testing.T) {
+	o := Defaults()
+	o.ConsulTLS, o.ConsulAddr = AuthVariable, "https://${attr.unique.network.ip-address}:8501"
+	o.GatewayTags = []string{"urlprefix-/", "traefik.enable=true"}
+	o.HTTPSPort = 8443 // the image's own user binds it
+	o.GatewayIP = "${NOMAD_IP_gateway}"
+	job := renderJob(t, o)
+	if args, _ := job.TaskGroups[0].Tasks[0].Config["args"].([]any); !slices.Contains(args, any("${NOMAD_IP_gateway}:${NOMAD_PORT_gateway}")) {
+		t.Errorf("-gateway-ip: serve's args %v lack -listen ${NOMAD_IP_gateway}:${NOMAD_PORT_gateway}", args)
+	}
+	task := job.TaskGroups[0].Tasks[0]
+	if task.Env["CONSUL_HTTP_ADDR"] != o.ConsulAddr {
+		t.Errorf("CONSUL_HTTP_ADDR = %q", task.Env["CONSUL_HTTP_ADDR"])
+	}
+	if len(task.Templates) != 4 || !*task.Templates[0].Envvars {
+		t.Fatalf("templates: want the tokens env file then 3 PEM files, got %d", len(task.Templates))
+	}
+	for _, f := range []struct{ env, item, file string }{
+		{"CONSUL_CACERT", "consul_ca", "secrets/consul-ca.pem"},
+		{"CONSUL_CLIENT_CERT", "consul_client_cert", "secrets/consul-client.pem"},
+		{"CONSUL_CLIENT_KEY", "consul_client_key", "secrets/consul-client-key.pem"},
+	} {
+		if task.Env[f.env] != "${NOMAD_SECRETS_DIR}/"+strings.TrimPrefix(f.file, "secrets/") {
+			t.Errorf("%s = %q, want the template's file %s", f.env, task.Env[f.env], f.file)
+		}
+		var found bool
+		for _, tmpl := range task.Templates[1:] {
+			if *tmpl.DestPath != f.file {
+				continue
+			}
+			found = true
+			if !strings.Contains(*tmpl.EmbeddedTmpl, `nomadVar "nomad/jobs/nomad-serverless"`) || !strings.Contains(*tmpl.EmbeddedTmpl, "{{ ."+f.item+" }}") {
+				t.Errorf("%s reads %q", f.file, *tmpl.EmbeddedTmpl)
+			}
+			if tmpl.Envvars != nil && *tmpl.Envvars {
+				t.Errorf("%s is read as environment variables", f.file)
+			}
+			// The image's user (docker) owns them; only it reads the key.
+			if tmpl.Uid == nil || *tmpl.Uid != imageUID || *tmpl.Gid != imageUID {
+				t.Errorf("%s: owner %v:%v, want the image's user %d", f.file, tmpl.Uid, tmpl.Gid, imageUID)
+			}
+			if wantPerms := map[bool]string{true: "0400", false: "0644"}[f.env == "CONSUL_CLIENT_KEY"]; *tmpl.Perms != wantPerms {
+				t.Errorf("%s: perms %s, want %s", f.file, *tmpl.Perms, wantPerms)
+			}
+		}
+		if !found {
+			t.Errorf("no template writes %s", f.file)
+		}
+	}
+	if tags := job.TaskGroups[0].Tasks[0].Services[0].Tags; !slices.Equal(tags, []string{"nomad-serverless", "gateway", "urlprefix-/", "traefik.enable=true"}) {
+		t.Errorf("gateway tags %v", tags)
+	}
+	// On 443 the task runs as root, which then owns the files.
+	o.HTTPSPort = 443
+	for _, tmpl := range renderJob(t, o).TaskGroups[0].Tasks[0].Templates[1:] {
+		if tmpl.Uid == nil || *tmpl.Uid != 0 {
+			t.Errorf("%s: owner %v, want root's 0 when the task runs as root", *tmpl.DestPath, tmpl.Uid)
+		}
+	}
+}
+
 func TestArtifact(t *testing.T) {
 	url := "https://releases.example.com/nomad-serverless_linux_amd64.tar.gz"
 	o := Defaults()
@@ -286,6 +353,10 @@ func TestValidateRejectsBadOptions(t *testing.T) {
 		{func(o *Options) { o.ConsulAuth = "identity" }, "want variable or none"},
 		{func(o *Options) { o.Datacenters = nil }, "at least one datacenter"},
 		{func(o *Options) { o.ServiceNamespace = "a b" }, "-service-namespace"},
+		{func(o *Options) { o.ConsulTLS = AuthVariable }, "needs an https:// -consul-addr"},
+		{func(o *Options) { o.ConsulTLS = "files" }, "-consul-tls \"files\""},
+		{func(o *Options) { o.GatewayTags = []string{"a b"} }, "-gateway-tags"},
+		{func(o *Options) { o.GatewayIP = "eth0" }, "-gateway-ip"},
 	} {
 		o := Defaults()
 		tc.set(&o)
@@ -355,7 +426,7 @@ func TestPolicies(t *testing.T) {
 	}
 	want := [][]policyRule{
 		{{Kind: "namespace", Label: "*", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "scale-job"}}},
-		{{Kind: "namespace", Label: "apps", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "submit-job"}}},
+		{{Kind: "namespace", Label: "apps", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "submit-job", "read-logs", "read-fs"}}},
 		{
 			{Kind: "service_prefix", Label: "", Policy: "write"},
 			{Kind: "node_prefix", Label: "", Policy: "read"},
@@ -419,6 +490,10 @@ func TestHCL(t *testing.T) {
 		{"no ACLs", func(o *Options) {
 			o.NomadAuth, o.NomadAddr, o.ConsulAuth = AuthNone, "http://10.0.0.1:4646", AuthNone
 		}},
+		{"consul mutual TLS and gateway tags", func(o *Options) {
+			o.ConsulTLS, o.ConsulAddr = AuthVariable, "https://${attr.unique.network.ip-address}:8501"
+			o.GatewayTags = []string{"urlprefix-/"}
+		}},
 	} {
 		o := Defaults()
 		tc.set(&o)
@@ -478,5 +553,14 @@ func TestNextSteps(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "nomad_token=") {
 		t.Errorf("a job with workload identity needs no Nomad token:\n%s", b.String())
+	}
+	if strings.Contains(b.String(), "consul_ca=") {
+		t.Errorf("no Consul TLS asked, yet the steps put a CA:\n%s", b.String())
+	}
+	b.Reset()
+	o.ConsulTLS, o.ConsulAddr = AuthVariable, "https://127.0.0.1:8501"
+	NextSteps(&b, o, Policies(o), "out")
+	if !strings.Contains(b.String(), "consul_ca=@") || !strings.Contains(b.String(), "consul_client_key=@") {
+		t.Errorf("-consul-tls variable: the steps do not put the CA and client certificate:\n%s", b.String())
 	}
 }

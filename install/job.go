@@ -3,6 +3,7 @@ package install
 import (
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"time"
@@ -19,7 +20,12 @@ type Options struct {
 	Datacenters []string
 	Replicas    int
 
-	Domain      string
+	Domain string
+	// GatewayIP is the address the gateway's HTTP and HTTPS listeners
+	// bind on each node: "" for every interface, or one address such as
+	// ${NOMAD_IP_gateway} (the node address Nomad gave the port) on a node
+	// with a public and a private side.
+	GatewayIP   string
 	GatewayPort int
 	AdminPort   int
 	// HTTPSPort is the gateway's HTTPS port on each node (0: no HTTPS).
@@ -44,6 +50,16 @@ type Options struct {
 	// "none" (Consul without ACLs).
 	ConsulAuth string
 	ConsulAddr string
+	// ConsulTLS is "variable" (Consul's HTTPS with mutual TLS: the CA,
+	// a client certificate and its key, kept in the job's Nomad Variable
+	// beside the token) or "none" (plain HTTP, or HTTPS verified against
+	// the image's or node's roots).
+	ConsulTLS string
+
+	// GatewayTags are extra Consul tags on the gateway service, for a
+	// catalog-driven proxy in front (Fabio's urlprefix-, Traefik's
+	// traefik.*).
+	GatewayTags []string
 
 	// ServiceNamespace is the Nomad namespace the revision jobs live in;
 	// the ACL policies grant access there ("*" for every namespace).
@@ -72,7 +88,15 @@ const (
 	// without a policy, so the tokens live there.
 	varNomadToken  = "nomad_token"
 	varConsulToken = "consul_token"
+	// The Consul TLS items (-consul-tls variable), PEM each.
+	varConsulCA         = "consul_ca"
+	varConsulClientCert = "consul_client_cert"
+	varConsulClientKey  = "consul_client_key"
 )
+
+// imageUID is the user and group of the repository's image
+// (distroless's nonroot, 65532:65532).
+const imageUID = 65532
 
 // DefaultImage is the image `install` uses when neither -image nor -artifact
 // is given: the Dockerfile at the repository root builds it.
@@ -97,6 +121,7 @@ func Defaults() Options {
 		NomadAuth:        AuthIdentity,
 		ConsulAuth:       AuthVariable,
 		ConsulAddr:       "127.0.0.1:8500",
+		ConsulTLS:        AuthNone,
 		ServiceNamespace: "default",
 		CPU:              500,
 		MemoryMB:         256,
@@ -138,6 +163,9 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %d: want a port from 1 to 65535", p.flag, p.port))
 		}
 	}
+	if o.GatewayIP != "" && net.ParseIP(o.GatewayIP) == nil && !strings.HasPrefix(o.GatewayIP, "${") {
+		errs = append(errs, fmt.Errorf("-gateway-ip %q: want an IP address or a Nomad interpolation such as ${NOMAD_IP_gateway}", o.GatewayIP))
+	}
 	if o.GatewayPort == o.AdminPort {
 		errs = append(errs, fmt.Errorf("-gateway-port and -admin-port are both %d: they must differ", o.GatewayPort))
 	}
@@ -178,6 +206,20 @@ func (o Options) Validate() error {
 	if o.ConsulAddr == "" {
 		errs = append(errs, errors.New("-consul-addr: want the Consul HTTP address serve uses, such as 127.0.0.1:8500"))
 	}
+	switch o.ConsulTLS {
+	case AuthNone:
+	case AuthVariable:
+		if !strings.HasPrefix(o.ConsulAddr, "https://") {
+			errs = append(errs, fmt.Errorf("-consul-tls variable needs an https:// -consul-addr (for example https://${attr.unique.network.ip-address}:8501), not %q", o.ConsulAddr))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("-consul-tls %q: want variable (CA and client certificate from the job's Variable) or none", o.ConsulTLS))
+	}
+	for _, tag := range o.GatewayTags {
+		if tag == "" || strings.ContainsAny(tag, " \t\n") {
+			errs = append(errs, fmt.Errorf("-gateway-tags: %q is not a Consul tag (no spaces, not empty)", tag))
+		}
+	}
 	if o.CPU < 1 || o.MemoryMB < 16 {
 		errs = append(errs, fmt.Errorf("-cpu %d / -memory %d: want at least 1 MHz and 16 MiB", o.CPU, o.MemoryMB))
 	}
@@ -208,7 +250,7 @@ func Job(o Options, version string) *api.Job {
 		// The gateway answers on every interface of the node (a load
 		// balancer or DNS round robin points at nodes:gateway-port); the
 		// admin API only on the address Consul checks.
-		"-listen", fmt.Sprintf(":${NOMAD_PORT_%s}", portGateway),
+		"-listen", fmt.Sprintf("%s:${NOMAD_PORT_%s}", o.GatewayIP, portGateway),
 		"-admin-listen", fmt.Sprintf("${NOMAD_IP_%[1]s}:${NOMAD_PORT_%[1]s}", portAdmin),
 		"-domain", o.Domain,
 		"-replica", "${NOMAD_ALLOC_ID}",
@@ -298,6 +340,39 @@ func Job(o Options, version string) *api.Job {
 	if o.ConsulAuth == AuthVariable {
 		secretsEnv = append(secretsEnv, "CONSUL_HTTP_TOKEN", varConsulToken)
 	}
+	if o.ConsulTLS == AuthVariable {
+		// The PEM files go to secrets/ (never in the image or the node's
+		// disk outside the allocation) and the Consul client reads them
+		// from the variables its DefaultConfig knows. Nomad writes
+		// templates as root: in docker the files belong to the image's
+		// user, so the key can be private to it; the exec driver's user
+		// (nobody) has no fixed uid, so there they keep Nomad's 0644,
+		// inside a secrets/ only the task's chroot shows.
+		uid, keyPerms := -1, "0644"
+		if task.Driver == "docker" {
+			uid, keyPerms = imageUID, "0400"
+			if task.User == "root" {
+				uid = 0
+			}
+		}
+		for _, f := range []struct{ env, item, file, perms string }{
+			{"CONSUL_CACERT", varConsulCA, "consul-ca.pem", "0644"},
+			{"CONSUL_CLIENT_CERT", varConsulClientCert, "consul-client.pem", "0644"},
+			{"CONSUL_CLIENT_KEY", varConsulClientKey, "consul-client-key.pem", keyPerms},
+		} {
+			env[f.env] = "${NOMAD_SECRETS_DIR}/" + f.file
+			tmpl := &api.Template{
+				EmbeddedTmpl: new(fmt.Sprintf("{{ with nomadVar %q }}{{ .%s }}{{ end }}\n", o.variablePath(), f.item)),
+				DestPath:     new("secrets/" + f.file),
+				Perms:        new(f.perms),
+				ChangeMode:   new("restart"),
+			}
+			if uid >= 0 {
+				tmpl.Uid, tmpl.Gid = new(uid), new(uid)
+			}
+			task.Templates = append(task.Templates, tmpl)
+		}
+	}
 	if len(secretsEnv) > 0 {
 		var b strings.Builder
 		// nomadVar blocks until the Variable exists, so a forgotten token
@@ -308,13 +383,35 @@ func Job(o Options, version string) *api.Job {
 			fmt.Fprintf(&b, "%s={{ .%s }}\n", secretsEnv[i], secretsEnv[i+1])
 		}
 		b.WriteString("{{- end }}\n")
-		task.Templates = []*api.Template{{
+		task.Templates = append([]*api.Template{{
 			EmbeddedTmpl: new(b.String()),
 			DestPath:     new("secrets/tokens.env"),
 			Envvars:      new(true),
 			ChangeMode:   new("restart"),
-		}}
+		}}, task.Templates...)
 	}
+
+	// A task service, not a group one: Nomad deregisters a task's
+	// services as soon as the task exits (and registers them again when
+	// it restarts), so a replica that crashes leaves a catalog-driven
+	// proxy's table at once instead of after its check fails (a group
+	// service stays registered, passing until the next check, for as long
+	// as the allocation lives).
+	task.Services = []*api.Service{{
+		Name:      gatewayService,
+		PortLabel: portGateway,
+		Provider:  "consul",
+		Tags:      append([]string{"nomad-serverless", "gateway"}, o.GatewayTags...),
+		Meta:      map[string]string{"domain": o.Domain},
+		Checks: []api.ServiceCheck{{
+			Name:      "serve healthz",
+			Type:      "http",
+			PortLabel: portAdmin,
+			Path:      "/healthz",
+			Interval:  5 * time.Second,
+			Timeout:   2 * time.Second,
+		}},
+	}}
 
 	group := &api.TaskGroup{
 		Name:  new(groupName),
@@ -324,21 +421,6 @@ func Job(o Options, version string) *api.Job {
 		}},
 		Networks: []*api.NetworkResource{{
 			ReservedPorts: reservedPorts(o),
-		}},
-		Services: []*api.Service{{
-			Name:      gatewayService,
-			PortLabel: portGateway,
-			Provider:  "consul",
-			Tags:      []string{"nomad-serverless", "gateway"},
-			Meta:      map[string]string{"domain": o.Domain},
-			Checks: []api.ServiceCheck{{
-				Name:      "serve healthz",
-				Type:      "http",
-				PortLabel: portAdmin,
-				Path:      "/healthz",
-				Interval:  5 * time.Second,
-				Timeout:   2 * time.Second,
-			}},
 		}},
 		// One replica at a time, healthy by its Consul check, rolled back
 		// if a new version never passes.

@@ -26,8 +26,8 @@ type Policy struct {
 //     events with namespace=*). It never registers or stops a job.
 //   - the deploy policies are for one namespace, -service-namespace.
 //   - Nomad, deploy users: everything `deploy`, `traffic`, `revisions`,
-//     `status`, `list` and `delete` do: submit-job covers register,
-//     deregister and purge.
+//     `status`, `list`, `logs` and `delete` do: submit-job covers register,
+//     deregister and purge; read-logs and read-fs the allocations' logs.
 //   - Consul, control plane: register its own service and the stand-in
 //     instances of revisions at zero (in revisions' services, so a prefix),
 //     read health on every node, read applied services and hold the leader
@@ -66,10 +66,11 @@ func Policies(o Options) []Policy {
 			File:        "nomad-deploy.policy.hcl",
 			Description: "nomad-serverless deploy, traffic, status, delete",
 			Rules: commentLines(
-				"Users of nomad-serverless deploy, traffic, revisions, status, list and delete.",
-			) + nomadNamespaceRule(ns, []string{"list-jobs", "read-job", "read-job-scaling", "submit-job"},
+				"Users of nomad-serverless deploy, traffic, revisions, status, list, logs and delete.",
+			) + nomadNamespaceRule(ns, []string{"list-jobs", "read-job", "read-job-scaling", "submit-job", "read-logs", "read-fs"},
 				"submit-job registers revision jobs and deregisters and purges them on delete;",
-				"read-job also reads their allocations while deploy waits for instances.",
+				"read-job also reads their allocations while deploy waits for instances;",
+				"read-logs streams their logs (logs), read-fs lists the log files (logs -since).",
 			),
 		},
 		{

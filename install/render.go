@@ -147,6 +147,9 @@ func NextSteps(w io.Writer, o Options, policies []Policy, out string) {
 	if o.ConsulAuth == AuthVariable {
 		items = append(items, varConsulToken+"=<token with nomad-serverless-control-plane>")
 	}
+	if o.ConsulTLS == AuthVariable {
+		items = append(items, varConsulCA+"=@<Consul's CA>.pem", varConsulClientCert+"=@<client certificate>.pem", varConsulClientKey+"=@<its key>.pem")
+	}
 	if len(items) > 0 {
 		fmt.Fprintf(w, "  nomad var put -namespace %s %s %s\n", o.Namespace, o.variablePath(), strings.Join(items, " "))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,9 +54,15 @@ func NewClient(cfg *api.Config) (*Client, error) {
 	if cfg == nil {
 		cfg = api.DefaultConfig()
 	}
+	// The API client turns unix://path into http://127.0.0.1 with a
+	// unix dialer: errors name the socket the user set, not that.
+	addr := cfg.Address
 	c, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
+	}
+	if !strings.HasPrefix(addr, "unix://") {
+		addr = c.Address()
 	}
 	ns := cfg.Namespace
 	if ns == "" {
@@ -63,7 +70,7 @@ func NewClient(cfg *api.Config) (*Client, error) {
 	}
 	return &Client{
 		api:             c,
-		addr:            c.Address(),
+		addr:            addr,
 		namespace:       ns,
 		log:             slog.Default(),
 		unboundedMax:    UnboundedMax,

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -584,6 +585,28 @@ func TestUnreachable(t *testing.T) {
 	var tr interface{ Transient() bool }
 	if !errors.As(err, &tr) || !tr.Transient() {
 		t.Error("error does not offer Transient() to callers that do not import nomadjob")
+	}
+}
+
+// TestTaskAPISocketMissing: with NOMAD_ADDR naming the task API socket and
+// no socket there (Nomad soft-fails making it), the error names the socket
+// and where Nomad says why, not http://127.0.0.1.
+func TestTaskAPISocketMissing(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	cfg := api.DefaultConfig()
+	cfg.Address = "unix://" + sock
+	c, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Scale(testCtx(t), "hello-00001", 1, "", nil)
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("err = %v, want ErrUnreachable", err)
+	}
+	for _, want := range []string{"cannot reach Nomad at unix://" + sock, "no socket at " + sock, "error creating task api socket", "data_dir"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %q:\n%s", want, err)
+		}
 	}
 }
 

@@ -195,6 +195,15 @@ func netCause(err error) (cause, hint string) {
 	default:
 		cause = err.Error()
 	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Net == "unix" && oe.Addr != nil {
+		// NOMAD_ADDR=unix://${NOMAD_SECRETS_DIR}/api.sock: the task API.
+		// Nomad only soft-fails when it cannot make the socket.
+		if errors.Is(err, syscall.ENOENT) {
+			cause = "no socket at " + oe.Addr.String()
+		}
+		return cause, "Nomad 1.7+ makes the task API socket in every task's secrets directory; when it cannot, the client logs \"error creating task api socket\" (most often the path is longer than a unix socket allows, 108 bytes: shorten the client's data_dir)"
+	}
 	if strings.Contains(cause, "x509") || strings.Contains(cause, "tls") || strings.Contains(cause, "HTTPS") {
 		hint = "check NOMAD_ADDR's scheme and NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY"
 	}

@@ -35,6 +35,7 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&datacenters, "datacenters", strings.Join(o.Datacenters, ","), "comma-separated datacenters the job may run in")
 	fs.IntVar(&o.Replicas, "replicas", o.Replicas, "number of serve replicas, spread over nodes")
 	fs.StringVar(&o.Domain, "domain", o.Domain, "domain of service hosts: <service>.<namespace>.<domain>")
+	fs.StringVar(&o.GatewayIP, "gateway-ip", "", "`address` the gateway (HTTP and HTTPS) binds on each node (default: every interface; ${NOMAD_IP_gateway} for the node address Nomad assigned the port)")
 	fs.IntVar(&o.GatewayPort, "gateway-port", o.GatewayPort, "static port of the gateway on each node")
 	fs.IntVar(&o.AdminPort, "admin-port", o.AdminPort, "static port of the admin API (health, metrics) on each node")
 	fs.IntVar(&o.HTTPSPort, "https-port", o.HTTPSPort, "static port of the gateway's HTTPS on each node (0: none); certificates from Consul KV, and ACME with -acme-email")
@@ -45,7 +46,16 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&o.NomadAuth, "nomad-auth", o.NomadAuth, "how serve authenticates to Nomad: identity (Nomad 1.7+ workload identity and task API socket), variable (token in the job's Nomad Variable) or none")
 	fs.StringVar(&o.NomadAddr, "nomad-addr", "", "Nomad address for -nomad-auth variable or none, e.g. http://${attr.unique.network.ip-address}:4646")
 	fs.StringVar(&o.ConsulAuth, "consul-auth", o.ConsulAuth, "how serve authenticates to Consul: variable (token in the job's Nomad Variable) or none")
-	fs.StringVar(&o.ConsulAddr, "consul-addr", o.ConsulAddr, "Consul HTTP address as seen from the task (the node's agent)")
+	fs.StringVar(&o.ConsulAddr, "consul-addr", o.ConsulAddr, "Consul HTTP address as seen from the task (the node's agent); https://... for Consul's HTTPS")
+	fs.StringVar(&o.ConsulTLS, "consul-tls", o.ConsulTLS, "Consul mutual TLS: variable (CA, client certificate and key as PEM in the job's Nomad Variable, items consul_ca, consul_client_cert, consul_client_key) or none")
+	fs.Func("gateway-tags", "comma-separated extra Consul `tags` of the gateway service, for a catalog-driven proxy in front (e.g. urlprefix-/ for Fabio)", func(v string) error {
+		for _, tag := range strings.Split(v, ",") {
+			if tag = strings.TrimSpace(tag); tag != "" {
+				o.GatewayTags = append(o.GatewayTags, tag)
+			}
+		}
+		return nil
+	})
 	fs.IntVar(&o.CPU, "cpu", o.CPU, "CPU of each replica in MHz")
 	fs.IntVar(&o.MemoryMB, "memory", o.MemoryMB, "memory of each replica in MiB")
 	fs.StringVar(&format, "format", "json", "job format: json (API JSON, for nomad job run -json or curl) or hcl (a jobspec, for nomad job run)")

@@ -196,3 +196,23 @@ func (a *Agents) Alive() error {
 	}
 	return nil
 }
+
+// Leftovers are the processes below an agent at one moment (a Nomad
+// client's executors, logmon and tasks), for a caller that runs its own
+// agents: a Nomad client that stops leaves them running on purpose (it
+// reattaches to them when it starts again), so whoever stops the agent
+// for good kills them.
+type Leftovers struct{ tree processTree }
+
+// SnapshotLeftovers lists the live processes below pid.
+func SnapshotLeftovers(pid int) Leftovers { return Leftovers{snapshotTree(pid)} }
+
+// Kill SIGKILLs those of them still running, waits up to grace for them to
+// be gone, and returns how many it signalled.
+func (l Leftovers) Kill(grace time.Duration) int {
+	n := l.tree.kill()
+	if n > 0 {
+		l.tree.waitGone(grace)
+	}
+	return n
+}
