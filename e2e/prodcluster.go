@@ -168,7 +168,7 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 	if c.ConsulToken, err = randomUUID(); err != nil {
 		return nil, err
 	}
-	env := agentEnv(os.Environ())
+	env := devagents.ChildEnv(os.Environ())
 
 	start := func(name, bin, cfg, dir string) (*devagents.Proc, error) {
 		fmt.Fprintf(o.Progress, "Starting %s (log %s)...\n", name, filepath.Join(dir, "agent.log"))
@@ -416,21 +416,6 @@ func (c *ProdCluster) addInterface(name, addr string) error {
 		}
 	}
 	return nil
-}
-
-// agentEnv is the agents' environment: this process's without the
-// variables that would point a CLI or agent elsewhere (NOMAD_*, CONSUL_*),
-// and without AWS_CA_BUNDLE, which stops Nomad 2.0 from starting.
-func agentEnv(environ []string) []string {
-	var out []string
-	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "NOMAD_") || strings.HasPrefix(k, "CONSUL_") || k == "AWS_CA_BUNDLE" {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
 }
 
 // randomUUID is a random UUID (version 4), the form Consul wants its

@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"strings"
+
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 )
 
 // Scenario 26's agents are configured the way a production cluster is, not
@@ -202,11 +204,8 @@ client {
   network_interface = %q
   min_dynamic_port  = %d
   max_dynamic_port  = %d
-  options = {
-    # Nomad 2.0 refuses to start while AWS_CA_BUNDLE is set unless its
-    # AWS fingerprinter is off; nothing here runs on a cloud.
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
+
+%s
 }
 
 plugin "raw_exec" {
@@ -214,7 +213,7 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, fmt.Sprintf("%s:%d", c.ServerAddr, NomadRPCPort), c.NetworkInterface, c.MinDynamicPort, c.MaxDynamicPort)
+`, fmt.Sprintf("%s:%d", c.ServerAddr, NomadRPCPort), c.NetworkInterface, c.MinDynamicPort, c.MaxDynamicPort, devagents.CloudFingerprintsOff)
 		if c.DockerEndpoint != "" {
 			fmt.Fprintf(&b, `
 plugin "docker" {

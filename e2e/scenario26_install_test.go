@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	nomad "github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
 	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
@@ -46,7 +48,7 @@ func (o prodOperator) run(env map[string]string, bin string, args ...string) str
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = agentEnv(os.Environ())
+	cmd.Env = devagents.ChildEnv(os.Environ())
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -209,20 +211,11 @@ func taskEventsLine(a *nomad.AllocationListStub) string {
 	for name, st := range a.TaskStates {
 		if n := len(st.Events); n > 0 {
 			e := st.Events[n-1]
-			parts = append(parts, fmt.Sprintf("%s: %s %s", name, e.Type, firstNonEmpty(e.DisplayMessage, e.Message)))
+			parts = append(parts, fmt.Sprintf("%s: %s %s", name, e.Type, cmp.Or(e.DisplayMessage, e.Message)))
 		}
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ", ")
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, x := range s {
-		if x != "" {
-			return x
-		}
-	}
-	return ""
 }
 
 // deployUserSteps are the deploy user's: deploy, a wake from zero through

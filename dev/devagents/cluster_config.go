@@ -223,5 +223,5 @@ plugin "raw_exec" {
   }
 }
 `, n.Name, n.NomadDataDir, a, o.logLevel(), n.Ports.NomadHTTP, n.Ports.NomadRPC, n.Ports.NomadSerf,
-		n.NomadServer, HostNetwork, n.MinDynamicPort, n.MaxDynamicPort, n.Ports.ConsulHTTP, n.Ports.ConsulGRPC, cloudFingerprintsOff)
+		n.NomadServer, HostNetwork, n.MinDynamicPort, n.MaxDynamicPort, n.Ports.ConsulHTTP, n.Ports.ConsulGRPC, CloudFingerprintsOff)
 }

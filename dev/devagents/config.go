@@ -65,12 +65,12 @@ acl {
 	return s
 }
 
-// cloudFingerprintsOff is the client options stanza every dev agent
-// carries: the cloud fingerprinters ask metadata services a laptop does
+// CloudFingerprintsOff is the client options stanza every agent this
+// project starts carries (dev agents, the e2e production cluster): the cloud fingerprinters ask metadata services a laptop does
 // not have, and Nomad 2.0's env_aws refuses to start the agent when
 // AWS_CA_BUNDLE is set (as some machines set it for every AWS tool), so a
 // user's environment would decide whether `dev` starts.
-const cloudFingerprintsOff = `  # Loopback agents are on no cloud: skip the metadata probes (and Nomad
+const CloudFingerprintsOff = `  # Loopback agents are on no cloud: skip the metadata probes (and Nomad
   # 2.0's refusal to start when AWS_CA_BUNDLE is set).
   options = {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
@@ -117,7 +117,7 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, dataDir, o.logLevel(), p.NomadHTTP, p.NomadRPC, p.NomadSerf, p.ConsulHTTP, p.ConsulGRPC, token, cloudFingerprintsOff)
+`, dataDir, o.logLevel(), p.NomadHTTP, p.NomadRPC, p.NomadSerf, p.ConsulHTTP, p.ConsulGRPC, token, CloudFingerprintsOff)
 	if o.ACL != nil {
 		s += `
 acl {
