@@ -60,42 +60,8 @@ func TestE2E18Docker(t *testing.T) {
 	}
 	ctx := context.Background()
 	// Short: dockerd's and containerd's unix sockets live below it.
-	dir, err := os.MkdirTemp("", "ns-e2e-docker-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Runs last, once dockerd has stopped.
-		if err := UnmountUnder(dir); err != nil {
-			t.Logf("unmount below %s: %v", dir, err)
-		}
-		if t.Failed() || *keepData {
-			t.Logf("docker scenario's files (dockerd and agent logs) kept in %s", dir)
-			return
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Logf("remove %s: %v", dir, err)
-		}
-	})
-
-	host, ownDockerd := plan.Host, plan.Host == ""
-	if ownDockerd {
-		start := time.Now()
-		d, err := StartDockerd(ctx, plan.Dockerd, dir, h.s.Guard)
-		if err != nil {
-			t.Fatalf("start dockerd: %v", err)
-		}
-		host = d.Host
-		t.Cleanup(func() {
-			if d.Stop(40 * time.Second) {
-				t.Errorf("dockerd did not stop within 40s after SIGINT; killed it (log %s)", d.LogPath)
-			}
-		})
-		h.timing("start dockerd", time.Since(start))
-		t.Logf("dockerd %s started: DOCKER_HOST=%s docker ps (log %s)", plan.Dockerd, host, d.LogPath)
-	} else {
-		t.Logf("using the running dockerd at %s", host)
-	}
+	dir := h.scratchDir("ns-e2e-docker-", "docker scenario's files (dockerd and agent logs)")
+	host, ownDockerd := h.dockerd(ctx, plan, dir)
 	dc := NewDockerClient(host)
 
 	// The images: the binary under test FROM scratch, and the pause
@@ -348,6 +314,57 @@ func loadAverage() string {
 
 // deployImage deploys a file with the image as the sidecar (docker) and
 // returns deploy's output, read back.
+// scratchDir makes a short temporary directory (the unix sockets of
+// dockerd, containerd and Nomad's tasks live below it, and a socket's path
+// has 108 bytes at most). When the test ends, after everything else, it
+// unmounts what is still mounted below it and removes it, or keeps it
+// and says so (what) when the test failed or -keep is set.
+func (h *harness) scratchDir(prefix, what string) string {
+	t := h.t
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := UnmountUnder(dir); err != nil {
+			t.Logf("unmount below %s: %v", dir, err)
+		}
+		if t.Failed() || *keepData {
+			t.Logf("%s kept in %s", what, dir)
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Logf("remove %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// dockerd is the DOCKER_HOST a scenario uses: the running dockerd the plan
+// found, or one started below dir (own), stopped when the test ends.
+func (h *harness) dockerd(ctx context.Context, plan DockerPlan, dir string) (host string, own bool) {
+	t := h.t
+	t.Helper()
+	if plan.Host != "" {
+		t.Logf("using the running dockerd at %s", plan.Host)
+		return plan.Host, false
+	}
+	start := time.Now()
+	d, err := StartDockerd(ctx, plan.Dockerd, dir, h.s.Guard)
+	if err != nil {
+		t.Fatalf("start dockerd: %v", err)
+	}
+	t.Cleanup(func() {
+		if d.Stop(40 * time.Second) {
+			t.Errorf("dockerd did not stop within 40s after SIGINT; killed it (log %s)", d.LogPath)
+		}
+	})
+	h.timing("start dockerd", time.Since(start))
+	t.Logf("dockerd %s started: DOCKER_HOST=%s docker ps (log %s)", plan.Dockerd, d.Host, d.LogPath)
+	return d.Host, true
+}
+
 func (h *harness) deployImage(file, image string) DeployOutput {
 	h.t.Helper()
 	return ParseDeployOutput(h.mustCLI("deploy", "-sidecar-image", image, "-wait", "3m", file))

@@ -56,28 +56,10 @@ func TestE2E26Production(t *testing.T) {
 		t.Skip("e2e 26: " + dplan.Skip)
 	}
 	// Short: the task API sockets are below it (agentDir says why).
-	dir, err := os.MkdirTemp("", "ns26-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := h.scratchDir("ns26-", "agent data and logs")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dockerHost := dplan.Host
-	if dockerHost == "" {
-		d, err := StartDockerd(ctx, dplan.Dockerd, dir, h.s.Guard)
-		if err != nil {
-			t.Fatalf("start dockerd: %v", err)
-		}
-		dockerHost = d.Host
-		t.Cleanup(func() {
-			if d.Stop(40 * time.Second) {
-				t.Errorf("dockerd did not stop within 40s; killed it (log %s)", d.LogPath)
-			}
-			if err := UnmountUnder(dir); err != nil {
-				t.Logf("unmount below %s: %v", dir, err)
-			}
-		})
-	}
+	dockerHost, _ := h.dockerd(ctx, dplan, dir)
 	dc := NewDockerClient(dockerHost)
 	image, pauseImage := fmt.Sprintf("nomad-serverless:e2e26-%d", os.Getpid()), fmt.Sprintf("nomad-serverless-pause:e2e26-%d", os.Getpid())
 	t.Cleanup(func() {
@@ -96,7 +78,6 @@ func TestE2E26Production(t *testing.T) {
 		DockerEndpoint: dockerHost,
 	})
 	if err != nil {
-		t.Logf("agent data and logs kept in %s", dir)
 		t.Fatalf("start the production cluster (Nomad %s, Consul %s): %v", nv, cv, err)
 	}
 	t.Cleanup(func() {
@@ -106,14 +87,6 @@ func TestE2E26Production(t *testing.T) {
 		for _, line := range cl.Stop(agentStopGrace) {
 			t.Errorf("production cluster stop: %s", line)
 		}
-		if err := UnmountUnder(dir); err != nil {
-			t.Logf("unmount below %s: %v", dir, err)
-		}
-		if t.Failed() || *keepData {
-			t.Logf("agent data and logs kept in %s", dir)
-			return
-		}
-		os.RemoveAll(dir)
 	})
 	h.timing(fmt.Sprintf("start the production cluster (Nomad %s, Consul %s, 3 nodes, ACL+mTLS+gossip)", nv, cv), time.Since(start))
 
