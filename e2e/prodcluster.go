@@ -319,8 +319,8 @@ func StartProdCluster(ctx context.Context, o ProdClusterOptions) (c *ProdCluster
 	return c, nil
 }
 
-// PurgeJobs stops every job and waits, up to timeout, until no
-// allocation runs: unlike a dev agent, a Nomad client that stops leaves
+// PurgeJobs stops every job, waits up to timeout until no allocation
+// runs, then purges them: unlike a dev agent, a Nomad client that stops leaves
 // its tasks running (so an agent's restart does not stop the cluster's
 // work), and the scenario must leave nothing behind.
 func (c *ProdCluster) PurgeJobs(timeout time.Duration) error {
