@@ -86,8 +86,26 @@ func TestStandInsOnTheLocalAgent(t *testing.T) {
 	if err != nil || len(replicas) != 1 || !replicas["r1"] {
 		t.Errorf("Replicas = %v, %v; want r1 only (r2 never registered its activator)", replicas, err)
 	}
+	// Registrations lists both, naming their replicas, and a blocking
+	// query on its index answers when one goes.
+	regs, index, err := clients["r1"].Registrations(ctx, "hello-00001", 0)
+	if err != nil || len(regs) != 2 || regs[0].Replica != "r1" || regs[1].Replica != "r2" || regs[0].Node == "" || index == 0 {
+		t.Fatalf("Registrations = %+v (index %d), %v", regs, index, err)
+	}
+	type answer struct {
+		regs []consulroute.Registration
+		err  error
+	}
+	blocked := make(chan answer, 1)
+	go func() {
+		regs, _, err := clients["r1"].Registrations(ctx, "hello-00001", index)
+		blocked <- answer{regs, err}
+	}()
 	if err := clients["r1"].RemoveStandIn(ctx, "hello-00001-activator-r2"); err != nil {
 		t.Fatal(err)
+	}
+	if a := <-blocked; a.err != nil || len(a.regs) != 1 || a.regs[0].ID != "hello-00001-activator-r1" {
+		t.Errorf("the blocking Registrations after a removal = %+v, %v", a.regs, a.err)
 	}
 	if err := clients["r1"].RemoveStandIn(ctx, "hello-00001-activator-r2"); err != nil {
 		t.Errorf("removing an absent stand-in: %v", err)

@@ -57,3 +57,42 @@ func (c *Client) Health(ctx context.Context, revision string) ([]InstanceHealth,
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
+
+// Registration is one entry of a revision's Consul service, an instance or
+// an activator stand-in, whatever its health: what `delete` waits to see
+// gone.
+type Registration struct {
+	ID     string `json:"id"`
+	Node   string `json:"node"`
+	Status string `json:"status"`
+	// Replica is the control-plane replica whose stand-in this is; ""
+	// for an instance.
+	Replica string `json:"replica,omitempty"`
+}
+
+// Registrations lists everything registered in a revision's Consul service
+// on every node, stand-ins included, sorted by ID, and the index to block
+// on. With index > 0 it is a blocking query: it answers when the list
+// changes, or when ctx ends (an error then).
+func (c *Client) Registrations(ctx context.Context, revision string, index uint64) ([]Registration, uint64, error) {
+	entries, meta, err := c.api.Health().Service(revision, "", false, c.blocking(ctx, index))
+	if err != nil {
+		return nil, 0, c.wrap("list the registrations of "+revision, err)
+	}
+	out := make([]Registration, 0, len(entries))
+	for _, e := range entries {
+		if e == nil || e.Service == nil {
+			continue
+		}
+		r := Registration{ID: e.Service.ID, Status: e.Checks.AggregatedStatus()}
+		if e.Node != nil {
+			r.Node = e.Node.Node
+		}
+		if !isInstance(e) {
+			r.Replica = e.Service.Meta[MetaReplica]
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, meta.LastIndex, nil
+}

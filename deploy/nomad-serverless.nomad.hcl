@@ -20,6 +20,13 @@ job "nomad-serverless" {
       attribute = "${node.unique.id}"
     }
 
+    restart {
+      interval = "1m0s"
+      attempts = 5
+      delay    = "1s"
+      mode     = "delay"
+    }
+
     update {
       max_parallel     = 1
       health_check     = "checks"

@@ -414,42 +414,46 @@ func controlPlaneUnderLoad(t *testing.T, h *harness, op prodOperator, cl *ProdCl
 	}
 	t.Logf("the killed replica's gateway left Consul's passing instances %s after the kill", withdrawn.Sub(killAt).Round(time.Millisecond))
 	t.Logf("kill -9 of serve in allocation %.8s on node 2 (pid %d); its registrations before: %v", alloc.ID, info.State.Pid, standInsBefore)
-	// A service deleted right after the kill: 3 s later nothing of it
-	// routes (passes) in Consul. The killed replica's stand-in may still
-	// be registered, critical (it mirrors the dead activator's check):
-	// only that replica's agent holds it, and the replica removes it
-	// when Nomad has restarted it (or Consul reaps it after a minute).
+	// A service deleted right after the kill: delete waits until Consul
+	// lists nothing of it (the killed replica's stand-in goes when Nomad
+	// has restarted the replica, about a second after the kill, and it
+	// sweeps), and 3 s after delete returns nothing of it is in Consul,
+	// critical or not.
 	p.mustCLI("delete", sleeper)
 	deleted := time.Now()
+	t.Logf("delete right after the kill returned %s after the kill", deleted.Sub(killAt).Round(time.Millisecond))
 	time.Sleep(time.Until(deleted.Add(3 * time.Second)))
-	if passing := registrationsOf(t, p.consul, revision(sleeper, 1), true); len(passing) > 0 {
-		t.Errorf("3 s after a delete right after the kill, still passing in Consul: %v", passing)
+	if regs := registrationsOf(t, p.consul, revision(sleeper, 1), false); len(regs) > 0 {
+		t.Errorf("3 s after a delete right after the kill, still in Consul: %v", regs)
 	}
-	t.Logf("3 s after the delete, registered (critical) in Consul: %v", registrationsOf(t, p.consul, revision(sleeper, 1), false))
-	// Within 10 s of the kill, nothing of the killed replica passes.
-	eventually(t, time.Until(killAt.Add(10*time.Second)), "nothing of the killed replica passes in Consul", func() (bool, string) {
-		regs := registrationsOf(t, p.consul, alloc.ID, true)
-		return len(regs) == 0, fmt.Sprintf("passing: %v", regs)
-	})
-	t.Logf("%s after the kill, the killed replica's registrations (none passing): %v", time.Since(killAt).Round(time.Millisecond), registrationsOf(t, p.consul, alloc.ID, false))
-	eventually(t, 2*time.Minute, "Nomad restarts the killed serve and its gateway passes again", func() (bool, string) {
+	// Within 10 s of the kill, nothing the killed replica registered is
+	// left behind: each registration is gone, or passing again because
+	// Nomad restarted the replica (it adopts its own stand-ins).
+	restartedServe := func() (bool, string) {
 		a, _, err := nc.Allocations().Info(alloc.ID, nil)
 		if err != nil {
 			return false, err.Error()
 		}
 		st := a.TaskStates["serve"]
-		if st == nil || st.Restarts < 1 || st.State != "running" {
-			return false, fmt.Sprintf("task serve: %+v", st)
+		return st != nil && st.Restarts >= 1 && st.State == "running", fmt.Sprintf("task serve: %+v", st)
+	}
+	eventually(t, time.Until(killAt.Add(10*time.Second)), "nothing of the killed replica is left behind in Consul", func() (bool, string) {
+		all, passing := registrationsOf(t, p.consul, alloc.ID, false), registrationsOf(t, p.consul, alloc.ID, true)
+		if len(all) == 0 {
+			return true, ""
+		}
+		back, why := restartedServe()
+		return back && len(passing) == len(all), fmt.Sprintf("registered %v, passing %v; %s", all, passing, why)
+	})
+	t.Logf("%s after the kill, the killed replica's registrations (all passing again or gone): %v", time.Since(killAt).Round(time.Millisecond), registrationsOf(t, p.consul, alloc.ID, false))
+	eventually(t, 2*time.Minute, "Nomad restarts the killed serve and its gateway passes again", func() (bool, string) {
+		if back, why := restartedServe(); !back {
+			return false, why
 		}
 		es, _, err := p.consul.Health().Service("nomad-serverless-gateway", "", true, nil)
 		return err == nil && len(es) == 3, fmt.Sprintf("%d passing gateways, %v", len(es), err)
 	})
 	restarted := time.Since(killAt)
-	eventually(t, 90*time.Second, "the deleted service's stand-in is gone from Consul (the restarted replica sweeps it)", func() (bool, string) {
-		regs := registrationsOf(t, p.consul, revision(sleeper, 1), false)
-		return len(regs) == 0, fmt.Sprintf("registered: %v", regs)
-	})
-	t.Logf("the deleted service's last registration left Consul %s after the delete", time.Since(deleted).Round(time.Millisecond))
 	// A wake through Fabio answers.
 	p.deploy(p.writeServices("zero2.hcl", Service{Name: sleeper + "2", Env: map[string]string{"TESTAPP_NAME": "zero2"}, Concurrency: 10, Scaling: FastScaling()}))
 	p.waitZero(revision(sleeper+"2", 1), 2*time.Minute)

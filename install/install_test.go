@@ -176,6 +176,11 @@ func TestJobShape(t *testing.T) {
 	if task.KillTimeout == nil || *task.KillTimeout < 30*time.Second {
 		t.Errorf("kill_timeout %v leaves serve no time to drain", task.KillTimeout)
 	}
+	// A crashed replica restarts at once and always: its stand-ins stay
+	// in Consul until it is back.
+	if rp := g.RestartPolicy; rp == nil || rp.Delay == nil || *rp.Delay > 2*time.Second || rp.Mode == nil || *rp.Mode != "delay" {
+		t.Errorf("restart = %+v, want a delay of at most 2 s in mode delay", rp)
+	}
 }
 
 func TestAuthModes(t *testing.T) {

@@ -431,6 +431,20 @@ func Job(o Options, version string) *api.Job {
 			HealthyDeadline: new(3 * time.Minute),
 			AutoRevert:      new(true),
 		},
+		// A crashed replica comes back in about a second, not Nomad's
+		// default 15 s: while it is down, the stand-ins it registered on
+		// its node's Consul agent stay there (only that agent can remove
+		// them for good, and the replica does when it starts), critical,
+		// so a service deleted meanwhile is not gone from Consul; and the
+		// cluster has one gateway fewer. "delay" mode never gives up on
+		// the control plane: after Attempts within Interval it waits out
+		// the interval and tries again.
+		RestartPolicy: &api.RestartPolicy{
+			Attempts: new(5),
+			Interval: new(time.Minute),
+			Delay:    new(time.Second),
+			Mode:     new("delay"),
+		},
 		Tasks: []*api.Task{task},
 	}
 
