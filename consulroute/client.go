@@ -1,6 +1,7 @@
 package consulroute
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,12 @@ type Client struct {
 	addr    string // scheme://address, for error messages
 	replica string
 	log     *slog.Logger
+	// tokenSet, caCert and policy are what errors name: whether a token
+	// was sent (CONSUL_HTTP_TOKEN), the CA file (CONSUL_CACERT), and the
+	// ACL policy the token should hold (WithPolicy).
+	tokenSet bool
+	caCert   string
+	policy   string
 
 	// wait bounds one blocking query; backoffMin/Max space retries after a
 	// failed one.
@@ -53,6 +60,17 @@ func WithLogger(l *slog.Logger) Option {
 			return errors.New("logger is nil")
 		}
 		c.log = l
+		return nil
+	}
+}
+
+// WithPolicy names the ACL policy (as install renders it) that this
+// client's token should hold, for the hint of a permission error:
+// nomad-serverless-deploy for the CLI, nomad-serverless-control-plane for
+// serve.
+func WithPolicy(name string) Option {
+	return func(c *Client) error {
+		c.policy = name
 		return nil
 	}
 }
@@ -99,6 +117,8 @@ func NewClient(cfg *api.Config, opts ...Option) (*Client, error) {
 	c := &Client{
 		api:        a,
 		addr:       displayAddr(cfg),
+		tokenSet:   cfg.Token != "" || cfg.TokenFile != "",
+		caCert:     cmp.Or(cfg.TLSConfig.CAFile, cfg.TLSConfig.CAPath),
 		replica:    host,
 		log:        slog.Default(),
 		wait:       5 * time.Minute,

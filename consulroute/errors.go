@@ -2,7 +2,6 @@ package consulroute
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/nomad-serverless/nomad-serverless/agenttls"
 )
 
 var (
@@ -24,6 +25,9 @@ var (
 	ErrUnreachable = errors.New("consul unreachable")
 	// ErrPermissionDenied: Consul's ACLs refused the token.
 	ErrPermissionDenied = errors.New("permission denied by consul ACLs")
+	// ErrTLS: the TLS handshake with Consul failed, or one side spoke TLS
+	// and the other did not: a setting is wrong, waiting will not help.
+	ErrTLS = errors.New("TLS with consul failed")
 )
 
 // Error is a failed exchange with Consul, worded so a user can act on it:
@@ -70,6 +74,8 @@ func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrUnreachable:
 		return e.Status == 0
+	case ErrTLS:
+		return e.Status == 0 && agenttls.IsTLSError(e.Err) || e.Status == 400 && agenttls.IsPlainToTLS(e.Message)
 	case ErrPermissionDenied:
 		return e.Status == 403
 	case ErrNotFound:
@@ -98,20 +104,22 @@ func (c *Client) wrap(op string, err error) error {
 		e.Status, _ = strconv.Atoi(m[1])
 		e.Message = m[2]
 	}
-	if e.Status == 0 {
-		e.Hint = unreachableHint(err)
-		return e
+	switch {
+	case e.Status == 0:
+		e.Hint = c.unreachableHint(err)
+	case e.Status == 400 && agenttls.IsPlainToTLS(e.Message):
+		e.Hint = agenttls.Hint(agenttls.Consul, err, true, c.caCert)
+	case e.Status == 401 || e.Status == 403:
+		e.Hint = c.permissionHint(e.Message)
+	default:
+		e.Hint = explain(e.Status, e.Message)
 	}
-	e.Hint = explain(e.Status, e.Message)
 	return e
 }
 
-func unreachableHint(err error) string {
-	var ua x509.UnknownAuthorityError
-	var hn x509.HostnameError
-	var ci x509.CertificateInvalidError
-	if errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) {
-		return "the TLS certificate was not accepted: set CONSUL_CACERT (or CONSUL_CAPATH) to the CA that signed Consul's certificate and CONSUL_TLS_SERVER_NAME if the name differs"
+func (c *Client) unreachableHint(err error) string {
+	if agenttls.IsTLSError(err) {
+		return agenttls.Hint(agenttls.Consul, err, false, c.caCert)
 	}
 	var ne net.Error
 	var ue *url.Error
@@ -121,14 +129,40 @@ func unreachableHint(err error) string {
 	return "set CONSUL_HTTP_ADDR to the address of a running Consul agent"
 }
 
+// lacksPermission is how Consul (1.16 on) says which permission a token
+// lacks: "Permission denied: token with AccessorID '...' lacks permission
+// 'service:write' on \"hello\"" (or "anonymous token lacks ...").
+var lacksPermission = regexp.MustCompile(`lacks permission '([a-z_]+:[a-z]+)'(?: on ("[^"]*"|\S+))?`)
+
+// permissionHint says which token setting to change for a 403, from what
+// Consul said and whether a token was sent, and names the policy to grant.
+func (c *Client) permissionHint(msg string) string {
+	what := "it"
+	if m := lacksPermission.FindStringSubmatch(msg); m != nil {
+		what = m[1]
+		if m[2] != "" {
+			what += " on " + m[2]
+		}
+	}
+	holding := "a token whose ACL policy allows " + what
+	grant := "grant the token in CONSUL_HTTP_TOKEN " + what
+	if c.policy != "" {
+		holding = fmt.Sprintf("a token with the policy %s that `nomad-serverless install -out` writes", c.policy)
+		grant = fmt.Sprintf("the token in CONSUL_HTTP_TOKEN lacks %s: grant it the policy %s that `nomad-serverless install -out` writes", what, c.policy)
+	}
+	switch {
+	case strings.Contains(msg, "ACL not found"):
+		return "Consul does not know the token in CONSUL_HTTP_TOKEN: it has expired, or was deleted, or is from another cluster: set CONSUL_HTTP_TOKEN to the secret ID of " + holding
+	case !c.tokenSet || strings.Contains(msg, "anonymous token"):
+		return "CONSUL_HTTP_TOKEN is not set, and Consul's anonymous token lacks " + what + ": set CONSUL_HTTP_TOKEN to the secret ID of " + holding
+	}
+	return grant
+}
+
 // explain adds what a refusal by Consul means for nomad-serverless. The
 // messages matched are Consul 1.16's (fixtures 038, 039, 041).
 func explain(status int, msg string) string {
 	switch {
-	case status == 401 || status == 403:
-		return "check CONSUL_HTTP_TOKEN: it must name a token whose ACL policy allows this " +
-			"(nomad-serverless needs service_prefix \"\" write for config entries and registrations, " +
-			"key_prefix \"nomad-serverless/\" write and session_prefix \"\" write)"
 	case strings.Contains(msg, "sum of all split weights must be 100"):
 		return "the traffic percents of a service must add up to exactly 100; fix the service's traffic blocks"
 	case strings.Contains(msg, "does not permit advanced routing or splitting"):

@@ -31,7 +31,9 @@ import (
 // revision at zero through an installed gateway, splits traffic, reads
 // status and logs and deletes; then Fabio in front, 8 connections of load
 // through a rolling update of the control plane and a kill -9 of one
-// replica. Part 3 of issue 33 (the actionable errors) is not here yet.
+// replica; then the errors of part 3 of issue 33 (scenario26_errors_test.go):
+// a wrong CA, a missing or expired token, a missing capability and a
+// workload identity Consul refuses, each one message naming what to do.
 func TestE2E26Production(t *testing.T) {
 	h := newHarness(t, "26 production")
 	if h.s.Plan.Mode != StartAgents {
@@ -110,11 +112,15 @@ func TestE2E26Production(t *testing.T) {
 	p.nomad, p.consul, p.serveConsul = nc, cc, cc
 	op := prodOperator{t: t, h: p, cl: cl, nomadBin: h.s.Plan.NomadBin, consulBin: h.s.Plan.ConsulBin, installDir: filepath.Join(dir, "ns-install")}
 	u, applied := op.installControlPlane(image)
+	expiring := op.expiringTokens()
 	t.Run("deploy user", func(t *testing.T) {
 		deployUserSteps(t, p, cl, u, applied)
 	})
 	t.Run("under load behind Fabio", func(t *testing.T) {
 		controlPlaneUnderLoad(t, p, op, cl, u, dc, image)
+	})
+	t.Run("errors a person can act on", func(t *testing.T) {
+		actionableErrors(t, p, op, cl, u, expiring)
 	})
 }
 

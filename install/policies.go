@@ -41,13 +41,22 @@ type Policy struct {
 //     plane's keys are denied outright, not merely left out, so a token
 //     that also carries a broader policy (or a Consul whose default policy
 //     is allow) still cannot read the admin API's key: deny wins over
-//     allow at the same prefix.
+//
+// The ACL policies install renders, in Nomad and in Consul alike: the
+// control plane's (serve) and that of people and CI running deploy,
+// traffic, status, logs and delete. Errors of permission name them.
+const (
+	PolicyControlPlane = "nomad-serverless-control-plane"
+	PolicyDeploy       = "nomad-serverless-deploy"
+)
+
+// allow at the same prefix.
 func Policies(o Options) []Policy {
 	ns := o.ServiceNamespace
 	return []Policy{
 		{
 			System:      "nomad",
-			Name:        "nomad-serverless-control-plane",
+			Name:        PolicyControlPlane,
 			File:        "nomad-control-plane.policy.hcl",
 			Description: "nomad-serverless serve: watch revision jobs and set their counts",
 			Rules: commentLines(
@@ -62,7 +71,7 @@ func Policies(o Options) []Policy {
 		},
 		{
 			System:      "nomad",
-			Name:        "nomad-serverless-deploy",
+			Name:        PolicyDeploy,
 			File:        "nomad-deploy.policy.hcl",
 			Description: "nomad-serverless deploy, traffic, status, delete",
 			Rules: commentLines(
@@ -75,7 +84,7 @@ func Policies(o Options) []Policy {
 		},
 		{
 			System:      "consul",
-			Name:        "nomad-serverless-control-plane",
+			Name:        PolicyControlPlane,
 			File:        "consul-control-plane.policy.hcl",
 			Description: "nomad-serverless serve: instances, routes, activator registrations, leader lock",
 			Rules: commentLines(
@@ -104,7 +113,7 @@ func Policies(o Options) []Policy {
 		},
 		{
 			System:      "consul",
-			Name:        "nomad-serverless-deploy",
+			Name:        PolicyDeploy,
 			File:        "consul-deploy.policy.hcl",
 			Description: "nomad-serverless deploy, traffic, status, delete",
 			Rules: commentLines(

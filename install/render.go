@@ -132,7 +132,7 @@ func NextSteps(w io.Writer, o Options, policies []Policy, out string) {
 			file = filepath.Join(out, "policies", p.File)
 		}
 		switch {
-		case p.System == "nomad" && p.Name == "nomad-serverless-control-plane" && o.NomadAuth == AuthIdentity:
+		case p.System == "nomad" && p.Name == PolicyControlPlane && o.NomadAuth == AuthIdentity:
 			fmt.Fprintf(w, "  nomad acl policy apply -namespace %s -job %s %s %s\n", o.Namespace, o.JobName, p.Name, file)
 		case p.System == "nomad":
 			fmt.Fprintf(w, "  nomad acl policy apply -description %q %s %s\n", p.Description, p.Name, file)

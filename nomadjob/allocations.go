@@ -217,7 +217,7 @@ func taskFailure(ts *api.TaskState) string {
 				cause += " (check the image name and that the node can pull it)"
 			}
 		case api.TaskSetupFailure:
-			cause = "setup failed: " + firstOf(e.SetupError, e.DisplayMessage)
+			cause = "setup failed: " + firstOf(e.SetupError, e.DisplayMessage) + setupHint(firstOf(e.SetupError, e.DisplayMessage))
 		case api.TaskFailedValidation:
 			cause = "invalid task: " + firstOf(e.ValidationError, e.DisplayMessage)
 		case api.TaskArtifactDownloadFailed:
@@ -266,6 +266,25 @@ func taskFailure(ts *api.TaskState) string {
 		cause += fmt.Sprintf(" (restarts exceeded after %d restarts)", ts.Restarts)
 	}
 	return cause
+}
+
+// setupHint says what to check when Nomad could not set an allocation up
+// for a reason a user can fix; "" otherwise. The one worth words is Consul
+// refusing the allocation's workload identity (Nomad 1.7+ with Consul's
+// ACLs on): Nomad logs in to Consul's JWT auth method with each service's
+// and task's identity, and gets no token when the auth method does not
+// accept the JWT or no binding rule matches it.
+func setupHint(msg string) string {
+	if !strings.Contains(msg, "failed to derive Consul token") {
+		return ""
+	}
+	const check = "`consul acl auth-method read -name nomad-workloads` and `consul acl binding-rule list -method nomad-workloads` show them; `nomad setup consul` makes both"
+	if strings.Contains(msg, "Permission denied") {
+		return " (Consul refused the allocation's workload identity: Consul's auth method, nomad-workloads unless the Nomad client's consul block names another, accepted the JWT but no binding rule matched it: " +
+			"a service's identity needs a rule binding it to a service identity (selector \"nomad_service\" in value), a task's one binding it to a role; " + check + ")"
+	}
+	return " (Consul refused the allocation's workload identity: Consul's auth method, nomad-workloads unless the Nomad client's consul block names another, did not accept the JWT Nomad signed: " +
+		"its JWKS URL or keys must be Nomad's, its bound audiences must include the identity's aud (consul.io), and a binding rule must match; " + check + ")"
 }
 
 func firstOf(vals ...string) string {

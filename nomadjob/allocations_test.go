@@ -33,6 +33,20 @@ func TestFailureSummary(t *testing.T) {
 			})}},
 			"queue-proxy": {State: "dead", Events: []*api.TaskEvent{ev(api.TaskSiblingFailed, func(e *api.TaskEvent) { e.FailedSibling = "user" })}},
 		}, want: []string{"task user: driver failure: Failed to pull", "check the image name"}, notWant: []string{"queue-proxy"}},
+		// Nomad 2.0's words when Consul's login gives no token (the
+		// alloc runner's consul hook fails every task with them).
+		{name: "workload identity without a binding rule", clientStatus: "failed", states: map[string]*api.TaskState{
+			"user": {State: "dead", Failed: true, Events: []*api.TaskEvent{ev(api.TaskSetupFailure, func(e *api.TaskEvent) {
+				e.DisplayMessage = "failed to setup alloc: pre-run hook \"consul\" failed: 1 error occurred:\n\t* failed to derive Consul token for service hello-00001: Unexpected response code: 403 (rpc error making call: Permission denied)\n\n"
+				e.FailsTask = true
+			})}},
+		}, want: []string{"task user: setup failed: failed to setup alloc", "refused the allocation's workload identity", "nomad-workloads", "no binding rule matched"}},
+		{name: "workload identity the auth method refuses", clientStatus: "failed", states: map[string]*api.TaskState{
+			"user": {State: "dead", Failed: true, Events: []*api.TaskEvent{ev(api.TaskSetupFailure, func(e *api.TaskEvent) {
+				e.DisplayMessage = "failed to setup alloc: pre-run hook \"consul\" failed: failed to derive Consul token for task user: Unexpected response code: 500 (rpc error making call: invalid audience claim)"
+				e.FailsTask = true
+			})}},
+		}, want: []string{"did not accept the JWT", "bound audiences"}},
 		{name: "oom", clientStatus: "running", states: map[string]*api.TaskState{
 			"user": {State: "running", Restarts: 2, Events: []*api.TaskEvent{
 				ev(api.TaskTerminated, func(e *api.TaskEvent) { e.ExitCode = 137; e.Details = map[string]string{"oom_killed": "true"} }),

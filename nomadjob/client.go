@@ -1,6 +1,7 @@
 package nomadjob
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ const (
 type Client struct {
 	api       *api.Client
 	addr      string
+	creds     Credentials
 	namespace string
 	log       *slog.Logger
 
@@ -68,9 +70,14 @@ func NewClient(cfg *api.Config) (*Client, error) {
 	if ns == "" {
 		ns = spec.DefaultNamespace
 	}
+	caCert := ""
+	if cfg.TLSConfig != nil {
+		caCert = cmp.Or(cfg.TLSConfig.CACert, cfg.TLSConfig.CAPath)
+	}
 	return &Client{
 		api:             c,
 		addr:            addr,
+		creds:           Credentials{TokenSet: cfg.SecretID != "", CACert: caCert},
 		namespace:       ns,
 		log:             slog.Default(),
 		unboundedMax:    UnboundedMax,
@@ -87,6 +94,10 @@ func (c *Client) SetLogger(l *slog.Logger) {
 		c.log = l
 	}
 }
+
+// SetPolicy names the ACL policy (as install renders it) that the token of
+// this client's user should hold, for the hint of a permission error.
+func (c *Client) SetPolicy(name string) { c.creds.Policy = name }
 
 // SetUnboundedMax sets the scaling block's max UpdateScaling writes for a
 // service whose max is 0; it must match Options.UnboundedMax of Compile.
@@ -136,7 +147,7 @@ func (c *Client) write(ctx context.Context, ns string) *api.WriteOptions {
 }
 
 func (c *Client) wrap(op, ns, capability string, err error) error {
-	return wrap(op, c.addr, ns, capability, err)
+	return wrap(op, c.addr, ns, capability, c.creds, err)
 }
 
 // Register submits a revision job. enforceIndex is the JobModifyIndex the

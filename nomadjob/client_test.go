@@ -2,12 +2,21 @@ package nomadjob
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -610,24 +619,115 @@ func TestTaskAPISocketMissing(t *testing.T) {
 	}
 }
 
+// A 403 says which token setting to change, from what Nomad said and
+// whether a token was sent, and names the policy to grant.
 func TestPermissionDenied(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "Permission denied", http.StatusForbidden)
-	}))
-	t.Cleanup(srv.Close)
-	c := newClientAt(t, srv.URL)
-	err := c.Scale(testCtx(t), "hello-00001", 1, "", nil)
-	if !errors.Is(err, ErrPermission) || IsTransient(err) {
-		t.Fatalf("err = %v, want ErrPermission", err)
+	for _, tc := range []struct {
+		name, nomadSays, token, policy string
+		want                           string
+	}{
+		{"no token", "Permission denied", "", "nomad-serverless-deploy",
+			`scale revision hello-00001 to 1: Nomad denied permission (Permission denied): NOMAD_TOKEN is not set, and Nomad's anonymous policy does not allow it: set NOMAD_TOKEN to the secret ID of a token whose ACL policy grants "scale-job" on namespace "default" (the policy nomad-serverless-deploy that ` + "`nomad-serverless install -out`" + ` writes)`},
+		{"a token without the capability", "Permission denied", "secret", "nomad-serverless-control-plane",
+			`scale revision hello-00001 to 1: Nomad denied permission (Permission denied): the ACL policy of the token in NOMAD_TOKEN needs "scale-job" on namespace "default": grant it the policy nomad-serverless-control-plane that ` + "`nomad-serverless install -out`" + ` writes`},
+		{"an expired token", "ACL token expired", "secret", "",
+			`scale revision hello-00001 to 1: Nomad denied permission (ACL token expired): the token in NOMAD_TOKEN has expired: create a new one (nomad acl token create) and set NOMAD_TOKEN to its secret ID`},
+		{"an unknown token", "ACL token not found", "secret", "",
+			`scale revision hello-00001 to 1: Nomad denied permission (ACL token not found): Nomad does not know the token in NOMAD_TOKEN (deleted, mistyped, or from another cluster): set NOMAD_TOKEN to the secret ID of a token whose ACL policy grants "scale-job" on namespace "default"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, tc.nomadSays, http.StatusForbidden)
+			}))
+			t.Cleanup(srv.Close)
+			c, err := NewClient(&api.Config{Address: srv.URL, SecretID: tc.token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetPolicy(tc.policy)
+			err = c.Scale(testCtx(t), "hello-00001", 1, "", nil)
+			if !errors.Is(err, ErrPermission) || IsTransient(err) {
+				t.Fatalf("err = %v, want ErrPermission", err)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("message = %q\nwant      %q", err, tc.want)
+			}
+			_, err = c.Register(testCtx(t), helloRevision(t), 0)
+			if tc.nomadSays == "Permission denied" && !strings.Contains(err.Error(), `"submit-job"`) {
+				t.Errorf("register: %v", err)
+			}
+		})
 	}
-	want := `scale revision hello-00001 to 1: Nomad denied permission (Permission denied); check NOMAD_TOKEN: its ACL policy needs "scale-job" on namespace "default"`
-	if err.Error() != want {
-		t.Errorf("message = %q\nwant      %q", err, want)
+}
+
+// A TLS failure is not transient (a setting is wrong) and names the
+// variable to set.
+func TestTLSErrors(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "unexpected", http.StatusTeapot) })
+	tlsSrv := httptest.NewTLSServer(ok)
+	t.Cleanup(tlsSrv.Close)
+	mtlsSrv := httptest.NewUnstartedServer(ok)
+	mtlsSrv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert}
+	mtlsSrv.StartTLS()
+	t.Cleanup(mtlsSrv.Close)
+	plainSrv := httptest.NewServer(ok)
+	t.Cleanup(plainSrv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: mtlsSrv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	_, err = c.Register(testCtx(t), helloRevision(t), 0)
-	if !strings.Contains(err.Error(), `"submit-job"`) {
-		t.Errorf("register: %v", err)
+	otherCA := filepath.Join(t.TempDir(), "other-ca.pem")
+	if err := os.WriteFile(otherCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: selfSigned(t)}), 0o644); err != nil {
+		t.Fatal(err)
 	}
+	for _, tc := range []struct {
+		name string
+		cfg  *api.Config
+		want []string
+	}{
+		{"a CA that did not sign Nomad's certificate", &api.Config{Address: tlsSrv.URL, TLSConfig: &api.TLSConfig{CACert: otherCA}},
+			[]string{"cannot talk to Nomad at " + tlsSrv.URL + " over TLS: Nomad's certificate is not signed by the CA in NOMAD_CACERT (" + otherCA + "): set NOMAD_CACERT"}},
+		{"no CA set", &api.Config{Address: tlsSrv.URL},
+			[]string{"not signed by a CA this machine trusts: set NOMAD_CACERT"}},
+		{"no client certificate", &api.Config{Address: mtlsSrv.URL, TLSConfig: &api.TLSConfig{CACert: ca}},
+			[]string{"Nomad asks for a client certificate", "set NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY"}},
+		{"https to a plain HTTP Nomad", &api.Config{Address: "https://" + strings.TrimPrefix(plainSrv.URL, "http://")},
+			[]string{"Nomad speaks plain HTTP there and the request was HTTPS: start NOMAD_ADDR with http://"}},
+		{"http to an HTTPS Nomad", &api.Config{Address: "http://" + strings.TrimPrefix(tlsSrv.URL, "https://")},
+			[]string{"Nomad speaks HTTPS there and the request was plain HTTP: start NOMAD_ADDR with https://"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewClient(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Scale(testCtx(t), "hello-00001", 1, "", nil)
+			if !errors.Is(err, ErrTLS) || IsTransient(err) {
+				t.Fatalf("err = %v, want ErrTLS, not transient", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message lacks %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
+
+// selfSigned is the DER of a throwaway self-signed CA certificate.
+func selfSigned(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another CA"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
 }
 
 func TestServerErrorIsTransient(t *testing.T) {

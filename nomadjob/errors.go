@@ -1,6 +1,7 @@
 package nomadjob
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-serverless/nomad-serverless/agenttls"
 )
 
 // Kinds of failure, for errors.Is. Every error the Client returns for a
@@ -34,6 +37,10 @@ var (
 	ErrUnreachable = errors.New("Nomad unreachable")
 	// ErrServer: Nomad answered 5xx or 429. Transient.
 	ErrServer = errors.New("Nomad server error")
+	// ErrTLS: the TLS handshake failed, or one side spoke TLS and the
+	// other did not. Not transient: a setting is wrong, and retrying
+	// would only hide which.
+	ErrTLS = errors.New("TLS with Nomad failed")
 )
 
 // Error is a failed Nomad request, already worded for a user: what was
@@ -56,6 +63,22 @@ type Error struct {
 	// Kind is one of the Err* values above; Err the underlying error.
 	Kind error
 	Err  error
+	// Credentials are what the client showed Nomad, for the hint.
+	Credentials Credentials
+}
+
+// Credentials are what a client shows Nomad, named in errors so a user
+// knows which setting to change.
+type Credentials struct {
+	// TokenSet: the client sends an ACL token (NOMAD_TOKEN).
+	TokenSet bool
+	// CACert is the CA file the client checks Nomad's certificate with
+	// (NOMAD_CACERT); "" for the system's roots.
+	CACert string
+	// Policy is the ACL policy (as install renders it) the user of this
+	// client should hold: nomad-serverless-deploy for the CLI,
+	// nomad-serverless-control-plane for serve.
+	Policy string
 }
 
 func (e *Error) Error() string {
@@ -63,12 +86,10 @@ func (e *Error) Error() string {
 	case ErrUnreachable:
 		cause, hint := netCause(e.Err)
 		return fmt.Sprintf("%s: cannot reach Nomad at %s: %s; %s", e.Op, e.Addr, cause, hint)
+	case ErrTLS:
+		return fmt.Sprintf("%s: cannot talk to Nomad at %s over TLS: %s", e.Op, e.Addr, tlsHint(e.Err, e.Status, e.Credentials.CACert))
 	case ErrPermission:
-		msg := fmt.Sprintf("%s: Nomad denied permission (%s); check NOMAD_TOKEN", e.Op, orStatus(e.Message, e.Status))
-		if e.Capability != "" {
-			msg += fmt.Sprintf(": its ACL policy needs %q on namespace %q", e.Capability, e.Namespace)
-		}
-		return msg
+		return fmt.Sprintf("%s: Nomad denied permission (%s): %s", e.Op, orStatus(e.Message, e.Status), e.permissionHint())
 	case ErrNotFound:
 		return fmt.Sprintf("%s: not found in namespace %q (Nomad: %s)", e.Op, e.Namespace, orStatus(e.Message, e.Status))
 	case ErrConflict:
@@ -81,6 +102,37 @@ func (e *Error) Error() string {
 		return fmt.Sprintf("%s: Nomad at %s answered %d: %s", e.Op, e.Addr, e.Status, orStatus(e.Message, e.Status))
 	}
 	return fmt.Sprintf("%s: %v", e.Op, e.Err)
+}
+
+// permissionHint says which token setting to change for a 403, from what
+// Nomad said: no token, a token Nomad does not know, an expired one, or one
+// whose policy lacks the capability.
+func (e *Error) permissionHint() string {
+	policy := e.Credentials.Policy
+	grant := ""
+	if e.Capability != "" {
+		grant = fmt.Sprintf("%q on namespace %q", e.Capability, e.Namespace)
+	}
+	holding := "a token whose ACL policy grants " + cmp.Or(grant, "it")
+	if policy != "" {
+		holding += fmt.Sprintf(" (the policy %s that `nomad-serverless install -out` writes)", policy)
+	}
+	switch lower := strings.ToLower(e.Message); {
+	case strings.Contains(lower, "token expired"):
+		return "the token in NOMAD_TOKEN has expired: create a new one (nomad acl token create) and set NOMAD_TOKEN to its secret ID"
+	case strings.Contains(lower, "token not found"), strings.Contains(lower, "token is invalid"):
+		return "Nomad does not know the token in NOMAD_TOKEN (deleted, mistyped, or from another cluster): set NOMAD_TOKEN to the secret ID of " + holding
+	case !e.Credentials.TokenSet:
+		return "NOMAD_TOKEN is not set, and Nomad's anonymous policy does not allow it: set NOMAD_TOKEN to the secret ID of " + holding
+	}
+	if grant == "" {
+		return "check NOMAD_TOKEN: its ACL policy does not allow it"
+	}
+	msg := "the ACL policy of the token in NOMAD_TOKEN needs " + grant
+	if policy != "" {
+		msg += fmt.Sprintf(": grant it the policy %s that `nomad-serverless install -out` writes", policy)
+	}
+	return msg
 }
 
 // Transient reports whether the request is worth retrying as is, after a
@@ -123,19 +175,24 @@ func Describe(err error) string {
 
 // wrap turns an error from the api client into an *Error (or a context
 // error wrapped with op).
-func wrap(op, addr, namespace, capability string, err error) error {
+func wrap(op, addr, namespace, capability string, creds Credentials, err error) error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	e := &Error{Op: op, Addr: addr, Namespace: namespace, Capability: capability, Err: err}
+	e := &Error{Op: op, Addr: addr, Namespace: namespace, Capability: capability, Credentials: creds, Err: err}
 	var ue api.UnexpectedResponseError
 	switch {
 	case errors.As(err, &ue) && ue.HasStatusCode():
 		e.Status, e.Message = ue.StatusCode(), ue.Body()
 		e.Kind = kindOf(e.Status, e.Message)
+		if e.Status == http.StatusBadRequest && agenttls.IsPlainToTLS(e.Message) {
+			e.Kind = ErrTLS
+		}
+	case agenttls.IsTLSError(err):
+		e.Kind = ErrTLS
 	case isNetworkError(err):
 		e.Kind = ErrUnreachable
 	default:
@@ -204,8 +261,11 @@ func netCause(err error) (cause, hint string) {
 		}
 		return cause, "Nomad 1.7+ makes the task API socket in every task's secrets directory; when it cannot, the client logs \"error creating task api socket\" (most often the path is longer than a unix socket allows, 108 bytes: shorten the client's data_dir)"
 	}
-	if strings.Contains(cause, "x509") || strings.Contains(cause, "tls") || strings.Contains(cause, "HTTPS") {
-		hint = "check NOMAD_ADDR's scheme and NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY"
-	}
 	return cause, hint
+}
+
+// tlsHint says what went wrong in TLS terms a user can act on, and which
+// of Nomad's variables changes it.
+func tlsHint(err error, status int, caCert string) string {
+	return agenttls.Hint(agenttls.Nomad, err, status == http.StatusBadRequest, caCert)
 }

@@ -425,6 +425,11 @@ func (d *Deployer) waitReady(ctx context.Context, revision string, want int) err
 			fmt.Fprintf(d.out, "%s: ready (%d/%d instances passing) in %s\n", revision, passing, want, d.now().Sub(start).Round(100*time.Millisecond))
 			return nil
 		}
+		for _, err := range []error{herr, aerr} {
+			if settingIsWrong(err) {
+				return fmt.Errorf("wait for %s: %w", revision, err)
+			}
+		}
 		if aerr == nil {
 			if why := failedAllocation(allocs); why != "" {
 				return fmt.Errorf("revision %s failed to start: %s%s", revision, why, checkOutputs(health))
@@ -448,6 +453,14 @@ func (d *Deployer) waitReady(ctx context.Context, revision string, want int) err
 		case <-time.After(d.poll):
 		}
 	}
+}
+
+// settingIsWrong reports whether err will not go away by waiting: a token
+// or a TLS setting that Nomad or Consul refuses. waitReady stops at once on
+// one rather than hide it behind its deadline.
+func settingIsWrong(err error) bool {
+	return errors.Is(err, nomadjob.ErrPermission) || errors.Is(err, nomadjob.ErrTLS) ||
+		errors.Is(err, consulroute.ErrPermissionDenied) || errors.Is(err, consulroute.ErrTLS)
 }
 
 // collect garbage-collects old revisions the retention policy lets go:

@@ -35,6 +35,7 @@ type fakeCluster struct {
 	polls      int
 	readyAfter int
 	failAlloc  string // non-empty: allocations report this failure
+	healthErr  error  // non-nil: Health fails with it
 	// conflictOnce makes the next Register fail with ErrConflict after
 	// registering the same job, as a concurrent identical deploy would.
 	conflictOnce bool
@@ -211,6 +212,9 @@ func (f *fakeCluster) Health(_ context.Context, rev string) ([]consulroute.Insta
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.polls++
+	if f.healthErr != nil {
+		return nil, f.healthErr
+	}
 	h := consulroute.InstanceHealth{Instance: consulroute.Instance{ID: "i1", Revision: rev}, Output: "app not ready: connection refused"}
 	h.Passing = f.polls > f.readyAfter && f.failAlloc == ""
 	return []consulroute.InstanceHealth{h}, nil
@@ -488,5 +492,23 @@ func TestDeployWaitsForTheCountNomadWasGiven(t *testing.T) {
 	}
 	if !strings.Contains(out, "scaling settings updated in place") || !strings.Contains(out, "hello-00001: ready (1/1 instances passing)") {
 		t.Errorf("a scaling change raising min from a count of 0 did not wait for the instance:\n%s", out)
+	}
+}
+
+// A refused token or TLS setting ends the wait for readiness at once, with
+// its own words, instead of behind the deadline: waiting will not fix it.
+func TestDeployStopsWaitingOnAWrongSetting(t *testing.T) {
+	f := newFakeCluster()
+	f.readyAfter = 1 << 30
+	f.healthErr = &consulroute.Error{Op: "read the health of hello-00001", Status: 403, Message: "ACL not found", Hint: "Consul does not know the token in CONSUL_HTTP_TOKEN"}
+	start := time.Now()
+	code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", ""))
+	if code != exitError || !strings.Contains(errs, "Consul does not know the token in CONSUL_HTTP_TOKEN") {
+		t.Fatalf("deploy: exit %d\n%s%s", code, out, errs)
+	}
+	// The deployer waits up to 5 s polling every millisecond: a wait that
+	// hid the error would have polled thousands of times.
+	if f.polls > 3 {
+		t.Errorf("Health polled %d times after a 403 (%s): the wait hid the error", f.polls, time.Since(start))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/install"
 )
 
 func runAdminKey(ctx context.Context, e *env, args []string) int {
@@ -32,7 +33,7 @@ out (three are kept). Needs a CONSUL_HTTP_TOKEN with the control-plane policy.
 		fmt.Fprintln(e.stderr, "nomad-serverless admin-key: -grace must not be negative")
 		return exitUsage
 	}
-	consul, err := newConsul()
+	consul, err := newConsul(install.PolicyControlPlane)
 	if err != nil {
 		return errorLine(e, "admin-key", err)
 	}

@@ -9,37 +9,41 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/install"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 )
 
 // newNomad returns a Nomad client configured as the nomad CLI is: NOMAD_ADDR,
-// NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION and the TLS variables.
-func newNomad() (*nomadjob.Client, error) {
+// NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION and the TLS variables. policy
+// is the ACL policy (install.Policy*) its errors tell the user to hold.
+func newNomad(policy string) (*nomadjob.Client, error) {
 	c, err := nomadjob.NewClient(nomadapi.DefaultConfig())
 	if err != nil {
 		return nil, fmt.Errorf("configure the Nomad client (NOMAD_ADDR and friends): %w", err)
 	}
+	c.SetPolicy(policy)
 	return c, nil
 }
 
 // newConsul returns a Consul client configured as the consul CLI is:
-// CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN and the TLS variables.
-func newConsul(opts ...consulroute.Option) (*consulroute.Client, error) {
-	c, err := consulroute.NewClient(consulapi.DefaultConfig(), opts...)
+// CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN and the TLS variables. policy is the
+// ACL policy (install.Policy*) its errors tell the user to hold.
+func newConsul(policy string, opts ...consulroute.Option) (*consulroute.Client, error) {
+	c, err := consulroute.NewClient(consulapi.DefaultConfig(), append([]consulroute.Option{consulroute.WithPolicy(policy)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("configure the Consul client (CONSUL_HTTP_ADDR and friends): %w", err)
 	}
 	return c, nil
 }
 
-// newClients are the Nomad and Consul clients configured from the
-// environment.
+// newClients are the Nomad and Consul clients of the deploy commands
+// (deploy, traffic, status, list, delete) configured from the environment.
 func newClients() (*nomadjob.Client, *consulroute.Client, error) {
-	nomad, err := newNomad()
+	nomad, err := newNomad(install.PolicyDeploy)
 	if err != nil {
 		return nil, nil, err
 	}
-	consul, err := newConsul()
+	consul, err := newConsul(install.PolicyDeploy)
 	if err != nil {
 		return nil, nil, err
 	}

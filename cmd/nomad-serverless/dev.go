@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/dev"
+	"github.com/nomad-serverless/nomad-serverless/install"
 )
 
 const devUsage = `Usage: nomad-serverless dev [options]
@@ -75,7 +76,7 @@ func runDev(ctx context.Context, e *env, args []string) int {
 	c.RunDeploy = func(ctx context.Context, de dev.Env, args []string) int {
 		return runDeploy(ctx, &env{stdout: de.Stdout, stderr: de.Stderr, getenv: de.Getenv}, args)
 	}
-	c.Revisions = func() (dev.RevisionSource, error) { return newNomad() }
+	c.Revisions = func() (dev.RevisionSource, error) { return newNomad(install.PolicyDeploy) }
 	return devExit(dev.Run(ctx, de, c))
 }
 

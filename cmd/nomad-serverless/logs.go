@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/install"
 	"github.com/nomad-serverless/nomad-serverless/rollout"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -34,7 +35,7 @@ Needs the read-logs capability in the namespace (NOMAD_TOKEN).
 		fmt.Fprintf(e.stderr, "nomad-serverless logs: -since %s is out of range: use 0 to %s (Nomad keeps only the last few log files of an instance anyway)\n", *since, rollout.LogsMaxSince)
 		return exitUsage
 	}
-	n, err := newNomad()
+	n, err := newNomad(install.PolicyDeploy)
 	if err != nil {
 		return errorLine(e, "logs", err)
 	}

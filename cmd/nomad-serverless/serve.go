@@ -17,6 +17,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/certs"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/controlplane"
+	"github.com/nomad-serverless/nomad-serverless/install"
 )
 
 // serveOptions are `serve`'s flags.
@@ -165,12 +166,12 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	nomad, err := newNomad()
+	nomad, err := newNomad(install.PolicyControlPlane)
 	if err != nil {
 		return err
 	}
 	nomad.SetLogger(log)
-	consul, err := newConsul(consulroute.WithReplica(o.replica), consulroute.WithLogger(log))
+	consul, err := newConsul(install.PolicyControlPlane, consulroute.WithReplica(o.replica), consulroute.WithLogger(log))
 	if err != nil {
 		return err
 	}

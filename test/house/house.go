@@ -17,6 +17,7 @@ var Floors = map[string]int{
 	// The model and libraries that know nothing of Nomad or Consul.
 	"spec":                 0,
 	"adminauth":            0,
+	"agenttls":             0,
 	"testapp":              0,
 	"datapath/rawio":       0,
 	"datapath/h1":          0,
