@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
@@ -28,22 +30,53 @@ type listeners struct {
 	// Both sockets screen request heads for smuggling (CL with TE,
 	// duplicate CL, obs-fold) before net/http reads them.
 	gatewayScreened, adminScreened net.Listener
+	// kept are descriptors of sockets taken from a keeper, to stop them
+	// listening at shutdown (stopListening); stopping is set once that
+	// began, when the servers' failed accepts are the shutdown's doing.
+	kept     []*os.File
+	stopping atomic.Bool
 }
 
 // listen opens both sockets. Run does it first: a port in use is the most
 // common start-up failure and should be said before anything registers
-// anywhere.
-func listen(c Config) (*listeners, error) {
-	gw, err := net.Listen("tcp", c.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen for the gateway on %s: %w", c.Listen, err)
-	}
+// anywhere. With c.Sockets the gateway's sockets come from the keeper
+// there (sockets.go); the admin API's is always serve's own, so its health
+// check fails the moment serve dies.
+func listen(ctx context.Context, c Config) (*listeners, error) {
 	admin, err := net.Listen("tcp", c.AdminListen)
 	if err != nil {
-		gw.Close()
 		return nil, fmt.Errorf("listen for the admin API on %s: %w", c.AdminListen, err)
 	}
-	l := &listeners{listen: c.Listen, gateway: gw, admin: admin}
+	l := &listeners{listen: c.Listen, admin: admin}
+	if c.Sockets != "" {
+		held, err := takeSockets(ctx, c.Sockets)
+		if err != nil {
+			admin.Close()
+			return nil, err
+		}
+		l.gateway, l.https = held[SocketGateway], held[SocketHTTPS]
+		for _, hl := range held {
+			f, err := hl.(*net.TCPListener).File()
+			if err != nil {
+				l.close()
+				return nil, fmt.Errorf("keep a descriptor of the kept socket %s: %w", hl.Addr(), err)
+			}
+			l.kept = append(l.kept, f)
+		}
+		switch {
+		case l.gateway == nil:
+			l.close()
+			return nil, fmt.Errorf("the socket keeper at %s holds no gateway socket (it holds %d): give it -listen", c.Sockets, len(held))
+		case c.HTTPS.Listen != "" && l.https == nil:
+			l.close()
+			return nil, fmt.Errorf("the socket keeper at %s holds no HTTPS socket: give it -https-listen %s", c.Sockets, c.HTTPS.Listen)
+		}
+		return l, nil
+	}
+	if l.gateway, err = net.Listen("tcp", c.Listen); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("listen for the gateway on %s: %w", c.Listen, err)
+	}
 	if c.HTTPS.Listen != "" {
 		if l.https, err = net.Listen("tcp", c.HTTPS.Listen); err != nil {
 			l.close()
@@ -76,7 +109,7 @@ func (l *listeners) serveHTTPS() error {
 	if l.httpsSrv == nil {
 		return nil
 	}
-	return ignoreClosed(l.httpsSrv.Serve(l.httpsTLS))
+	return l.served(l.httpsSrv.Serve(l.httpsTLS))
 }
 
 func (l *listeners) gatewayPort() int { return l.gateway.Addr().(*net.TCPAddr).Port }
@@ -92,12 +125,24 @@ func (l *listeners) serveWith(gw *activator.Gateway, admin http.Handler) {
 }
 
 // serveGateway and serveAdmin serve until shutdown; call serveWith first.
-func (l *listeners) serveGateway() error { return ignoreClosed(l.gatewaySrv.Serve(l.gatewayScreened)) }
+func (l *listeners) serveGateway() error { return l.served(l.gatewaySrv.Serve(l.gatewayScreened)) }
 func (l *listeners) serveAdmin() error   { return ignoreClosed(l.adminSrv.Serve(l.adminScreened)) }
 
+// served is what a server's Serve returned, nil when it is the shutdown's
+// doing.
+func (l *listeners) served(err error) error {
+	if l.stopping.Load() {
+		return nil
+	}
+	return ignoreClosed(err)
+}
+
 // shutdown stops taking requests and lets in-flight ones finish until ctx
-// ends.
+// ends. Sockets taken from a keeper stop listening first, for the keeper
+// too, so the port refuses new connections while in-flight ones drain.
 func (l *listeners) shutdown(ctx context.Context) {
+	l.stopping.Store(true)
+	l.stopKept()
 	if l.httpsSrv != nil {
 		go func() { _ = l.httpsSrv.Shutdown(ctx) }()
 	}
@@ -105,10 +150,24 @@ func (l *listeners) shutdown(ctx context.Context) {
 	_ = l.adminSrv.Shutdown(ctx)
 }
 
+// stopKept stops the sockets taken from a keeper listening, for the keeper
+// too: serve is leaving on purpose, so the port refuses as it would
+// without a keeper.
+func (l *listeners) stopKept() {
+	for _, f := range l.kept {
+		stopListening(f)
+	}
+	l.kept = nil
+}
+
 // close closes both sockets (after shutdown, a no-op).
 func (l *listeners) close() {
-	l.gateway.Close()
+	l.stopping.Store(true)
+	if l.gateway != nil {
+		l.gateway.Close()
+	}
 	l.admin.Close()
+	l.stopKept()
 	if l.https != nil {
 		l.https.Close()
 	}

@@ -26,6 +26,10 @@ type Config struct {
 	// Listen is the gateway's address (user traffic), AdminListen the
 	// admin API's (health, metrics, autoscaler state).
 	Listen, AdminListen string
+	// Sockets is the unix socket of a SocketKeeper holding the gateway's
+	// listening sockets (and HTTPS's) for this serve; "": serve binds
+	// them itself.
+	Sockets string
 	// Advertise is the IP other nodes reach this replica at, registered
 	// in Consul; "" is the Listen host, or the Consul agent's address when
 	// that is a wildcard.
@@ -85,7 +89,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	nomad, consul, log := c.Nomad, c.Consul, c.Logger
 
-	ls, err := listen(c)
+	ls, err := listen(ctx, c)
 	if err != nil {
 		return err
 	}

@@ -51,14 +51,12 @@ job "nomad-serverless" {
 
     task "serve" {
       driver         = "docker"
-      user           = "root"
       kill_timeout   = "35s"
       shutdown_delay = "5s"
       kill_signal    = "SIGTERM"
 
       config {
-        args         = ["serve", "-listen", ":${NOMAD_PORT_gateway}", "-admin-listen", "${NOMAD_IP_admin}:${NOMAD_PORT_admin}", "-domain", "example.com", "-replica", "${NOMAD_ALLOC_ID}", "-https-port", "${NOMAD_PORT_https}"]
-        cap_add      = ["net_bind_service"]
+        args         = ["serve", "-listen", ":${NOMAD_PORT_gateway}", "-admin-listen", "${NOMAD_IP_admin}:${NOMAD_PORT_admin}", "-domain", "example.com", "-replica", "${NOMAD_ALLOC_ID}", "-https-port", "${NOMAD_PORT_https}", "-sockets", "${NOMAD_ALLOC_DIR}/gateway-sockets.sock"]
         image        = "ghcr.io/nomad-serverless/nomad-serverless:latest"
         network_mode = "host"
       }
@@ -102,6 +100,28 @@ job "nomad-serverless" {
 
       identity {
         env = true
+      }
+    }
+
+    task "sockets" {
+      driver = "docker"
+      user   = "root"
+
+      lifecycle {
+        hook    = "prestart"
+        sidecar = true
+      }
+
+      config {
+        args         = ["keep-sockets", "-socket", "${NOMAD_ALLOC_DIR}/gateway-sockets.sock", "-listen", ":${NOMAD_PORT_gateway}", "-https-listen", ":${NOMAD_PORT_https}"]
+        cap_add      = ["net_bind_service"]
+        image        = "ghcr.io/nomad-serverless/nomad-serverless:latest"
+        network_mode = "host"
+      }
+
+      resources {
+        cpu    = 20
+        memory = 32
       }
     }
   }

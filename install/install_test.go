@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -312,12 +313,49 @@ func TestConsulTLS(t *testing.T) {
 	if tags := job.TaskGroups[0].Tasks[0].Services[0].Tags; !slices.Equal(tags, []string{"nomad-serverless", "gateway", "urlprefix-/", "traefik.enable=true"}) {
 		t.Errorf("gateway tags %v", tags)
 	}
-	// On 443 the task runs as root, which then owns the files.
+	// On 443 the socket keeper binds the port, as root with the
+	// capability; serve keeps the image's user, which owns the files.
 	o.HTTPSPort = 443
-	for _, tmpl := range renderJob(t, o).TaskGroups[0].Tasks[0].Templates[1:] {
-		if tmpl.Uid == nil || *tmpl.Uid != 0 {
-			t.Errorf("%s: owner %v, want root's 0 when the task runs as root", *tmpl.DestPath, tmpl.Uid)
+	job = renderJob(t, o)
+	serve, keeper := job.TaskGroups[0].Tasks[0], job.TaskGroups[0].Tasks[1]
+	if serve.User != "" || serve.Config["cap_add"] != nil {
+		t.Errorf("serve runs as %q with cap_add %v: only the keeper binds 443", serve.User, serve.Config["cap_add"])
+	}
+	if keeper.User != "root" || fmt.Sprint(keeper.Config["cap_add"]) != "[net_bind_service]" {
+		t.Errorf("the keeper runs as %q with cap_add %v: it binds 443", keeper.User, keeper.Config["cap_add"])
+	}
+	for _, tmpl := range serve.Templates[1:] {
+		if tmpl.Uid == nil || *tmpl.Uid != imageUID {
+			t.Errorf("%s: owner %v, want the image's user %d", *tmpl.DestPath, tmpl.Uid, imageUID)
 		}
+	}
+}
+
+// The gateway's sockets are held by a prestart sidecar and taken by serve,
+// so they outlive a crash of serve; both name the same sockets.
+func TestSocketKeeperTask(t *testing.T) {
+	o := Defaults()
+	o.HTTPSPort = 8443
+	g := renderJob(t, o).TaskGroups[0]
+	if len(g.Tasks) != 2 {
+		t.Fatalf("tasks = %d, want serve and its socket keeper", len(g.Tasks))
+	}
+	serve, keeper := g.Tasks[0], g.Tasks[1]
+	if keeper.Lifecycle == nil || keeper.Lifecycle.Hook != "prestart" || !keeper.Lifecycle.Sidecar {
+		t.Errorf("keeper lifecycle = %+v, want a prestart sidecar", keeper.Lifecycle)
+	}
+	sargs, kargs := testStrings(serve.Config["args"]), testStrings(keeper.Config["args"])
+	if kargs[0] != "keep-sockets" || testFlag(kargs, "-socket") == "" || testFlag(kargs, "-socket") != testFlag(sargs, "-sockets") {
+		t.Errorf("keeper args %v and serve args %v do not name the same socket", kargs, sargs)
+	}
+	if testFlag(kargs, "-listen") != testFlag(sargs, "-listen") {
+		t.Errorf("the keeper holds %q, serve listens on %q", testFlag(kargs, "-listen"), testFlag(sargs, "-listen"))
+	}
+	if testFlag(kargs, "-https-listen") != ":${NOMAD_PORT_https}" {
+		t.Errorf("the keeper's HTTPS = %q", testFlag(kargs, "-https-listen"))
+	}
+	if keeper.Driver != serve.Driver || keeper.Config["image"] != serve.Config["image"] || keeper.Config["network_mode"] != "host" {
+		t.Errorf("keeper %s %v, serve %s %v: the same binary in the same network", keeper.Driver, keeper.Config, serve.Driver, serve.Config)
 	}
 }
 

@@ -80,6 +80,7 @@ const (
 const (
 	groupName      = "control-plane"
 	taskName       = "serve"
+	keeperTaskName = "sockets"
 	gatewayService = "nomad-serverless-gateway"
 	portGateway    = "gateway"
 	portAdmin      = "admin"
@@ -238,6 +239,22 @@ func reservedPorts(o Options) []api.Port {
 	return ports
 }
 
+// runsBinary is how a task of the job runs nomad-serverless with args: the
+// exec driver with the binary from o.Artifact, or the image with docker in
+// the node's network (serve reaches the node's Consul agent on 127.0.0.1
+// and sidecars on node addresses, like an exec task).
+func runsBinary(o Options, version string, args []string) (driver string, config map[string]any, artifacts []*api.TaskArtifact) {
+	if o.Artifact != "" {
+		return "exec", map[string]any{"command": "local/nomad-serverless", "args": args},
+			[]*api.TaskArtifact{{GetterSource: new(o.Artifact), RelativeDest: new("local/")}}
+	}
+	image := o.Image
+	if image == "" {
+		image = DefaultImage(version)
+	}
+	return "docker", map[string]any{"image": image, "args": args, "network_mode": "host"}, nil
+}
+
 // variablePath is the Nomad Variable the job reads its tokens from.
 func (o Options) variablePath() string { return "nomad/jobs/" + o.JobName }
 
@@ -245,12 +262,13 @@ func (o Options) variablePath() string { return "nomad/jobs/" + o.JobName }
 // replicas spread over nodes, behind the Consul service
 // nomad-serverless-gateway whose check is the admin /healthz.
 func Job(o Options, version string) *api.Job {
+	gatewayListen := fmt.Sprintf("%s:${NOMAD_PORT_%s}", o.GatewayIP, portGateway)
 	args := []string{
 		"serve",
 		// The gateway answers on every interface of the node (a load
 		// balancer or DNS round robin points at nodes:gateway-port); the
 		// admin API only on the address Consul checks.
-		"-listen", fmt.Sprintf("%s:${NOMAD_PORT_%s}", o.GatewayIP, portGateway),
+		"-listen", gatewayListen,
 		"-admin-listen", fmt.Sprintf("${NOMAD_IP_%[1]s}:${NOMAD_PORT_%[1]s}", portAdmin),
 		"-domain", o.Domain,
 		"-replica", "${NOMAD_ALLOC_ID}",
@@ -283,43 +301,36 @@ func Job(o Options, version string) *api.Job {
 		KillTimeout:   new(35 * time.Second),
 		ShutdownDelay: 5 * time.Second,
 	}
-	switch {
-	case o.Artifact != "":
-		task.Driver = "exec"
-		task.Artifacts = []*api.TaskArtifact{{
-			GetterSource: new(o.Artifact),
-			RelativeDest: new("local/"),
-		}}
-		task.Config = map[string]any{
-			"command": "local/nomad-serverless",
-			"args":    args,
-		}
-		if o.HTTPSPort != 0 && o.HTTPSPort < 1024 {
-			// A port below 1024 (443) needs this capability; the exec
-			// driver grants it to the task's user.
-			task.Config["cap_add"] = []string{"net_bind_service"}
-		}
-	default:
-		image := o.Image
-		if image == "" {
-			image = DefaultImage(version)
-		}
-		task.Driver = "docker"
-		task.Config = map[string]any{
-			"image": image,
-			"args":  args,
-			// Host networking: serve reaches the node's Consul agent on
-			// 127.0.0.1 and sidecars on node addresses, like an exec task.
-			"network_mode": "host",
-		}
-		if o.HTTPSPort != 0 && o.HTTPSPort < 1024 {
-			// Binding a port below 1024 (443) in the node's network takes
-			// CAP_NET_BIND_SERVICE in the effective set, which Docker
-			// gives to root only: the image's nonroot user cannot. The
-			// gateway binds it as an ingress does; -https-port 8443 (or
-			// 0) behind a load balancer keeps the image's user.
-			task.Config["cap_add"] = []string{"net_bind_service"}
-			task.User = "root"
+	task.Driver, task.Config, task.Artifacts = runsBinary(o, version, args)
+
+	// The gateway's listening sockets are held by a prestart sidecar of
+	// their own and taken by serve at each start (controlplane.
+	// SocketKeeper): a serve that crashes, even with SIGKILL, leaves its
+	// ports listening, and the connections made until Nomad has
+	// restarted it (a second, restart below) wait for it instead of being
+	// refused. Binding 443 takes a capability: the keeper binds, so only
+	// it needs one.
+	socketPath := "${NOMAD_ALLOC_DIR}/gateway-sockets.sock"
+	task.Config["args"] = append(args, "-sockets", socketPath)
+	keeperArgs := []string{"keep-sockets", "-socket", socketPath, "-listen", gatewayListen}
+	if o.HTTPSPort != 0 {
+		keeperArgs = append(keeperArgs, "-https-listen", fmt.Sprintf("%s:${NOMAD_PORT_%s}", o.GatewayIP, portHTTPS))
+	}
+	keeper := &api.Task{
+		Name:      keeperTaskName,
+		Lifecycle: &api.TaskLifecycle{Hook: api.TaskLifecycleHookPrestart, Sidecar: true},
+		Resources: &api.Resources{CPU: new(20), MemoryMB: new(32)},
+	}
+	keeper.Driver, keeper.Config, keeper.Artifacts = runsBinary(o, version, keeperArgs)
+	if o.HTTPSPort != 0 && o.HTTPSPort < 1024 {
+		// A port below 1024 (443) needs CAP_NET_BIND_SERVICE. The exec
+		// driver grants it to the task's user; Docker gives it to root
+		// only, so in docker the keeper runs as root (serve keeps the
+		// image's nonroot user). -https-port 8443 (or 0) behind a load
+		// balancer needs neither.
+		keeper.Config["cap_add"] = []string{"net_bind_service"}
+		if keeper.Driver == "docker" {
+			keeper.User = "root"
 		}
 	}
 
@@ -351,9 +362,6 @@ func Job(o Options, version string) *api.Job {
 		uid, keyPerms := -1, "0644"
 		if task.Driver == "docker" {
 			uid, keyPerms = imageUID, "0400"
-			if task.User == "root" {
-				uid = 0
-			}
 		}
 		for _, f := range []struct{ env, item, file, perms string }{
 			{"CONSUL_CACERT", varConsulCA, "consul-ca.pem", "0644"},
@@ -445,7 +453,7 @@ func Job(o Options, version string) *api.Job {
 			Delay:    new(time.Second),
 			Mode:     new("delay"),
 		},
-		Tasks: []*api.Task{task},
+		Tasks: []*api.Task{task, keeper},
 	}
 
 	job := &api.Job{

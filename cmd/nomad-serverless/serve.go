@@ -23,6 +23,7 @@ import (
 // serveOptions are `serve`'s flags.
 type serveOptions struct {
 	listen, adminListen string
+	sockets             string
 	advertise           string
 	domain              string
 	replica             string
@@ -133,6 +134,7 @@ from the environment. Run several replicas behind a load balancer for high avail
 	host, _ := os.Hostname()
 	var o serveOptions
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "`address` of the gateway (user traffic)")
+	fs.StringVar(&o.sockets, "sockets", "", "unix socket `path` of a keep-sockets process holding the gateway's listening sockets (and HTTPS's) for this serve; they then outlive a crash of serve (default: serve binds -listen itself)")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "`address` of the admin API (health, metrics, autoscaler state)")
 	fs.StringVar(&o.advertise, "advertise", "", "`IP` other nodes reach this replica at (registered in Consul); default: the -listen host, or the Consul agent's address when that is a wildcard")
 	fs.StringVar(&o.domain, "domain", activator.DefaultDomain, "services answer at <service>.<namespace>.`domain`")
@@ -176,7 +178,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return err
 	}
 	return controlplane.Run(ctx, controlplane.Config{
-		Listen: o.listen, AdminListen: o.adminListen, Advertise: o.advertise,
+		Listen: o.listen, AdminListen: o.adminListen, Sockets: o.sockets, Advertise: o.advertise,
 		Domain: o.domain, Replica: o.replica, Tick: o.tick, HTTPS: https,
 		Nomad: nomad, Consul: consul, Logger: log,
 	})
