@@ -34,6 +34,11 @@ import (
 // (ReadHeaderTimeout against slow heads) work as before. Its memory is the
 // head being read, bounded by maxHead.
 //
+// Once the head read is HTTP/2's preface, nothing that follows is an
+// HTTP/1 head, and the screen reads ahead (readAhead): the HTTP/2 server
+// reads its frames in small pieces (a 9-byte frame header, then the
+// payload), each a system call on the socket without it.
+//
 // Reads are the reader's (net/http never reads concurrently); Write may
 // run at the same time and only looks at a response's status line while
 // a protocol switch is pending.
@@ -52,6 +57,14 @@ type ScreenConn struct {
 	post      bool   // the request whose body is read is a POST
 	out       []byte // screened bytes waiting for the reader (or the poison)
 	scratch   [512]byte
+
+	// h2 is set once the head read was HTTP/2's preface: from then on
+	// reads go through ahead, which holds what was read from the socket
+	// and not yet given to the reader (ahead[aheadR:aheadW]).
+	h2             bool
+	ahead          []byte
+	aheadR, aheadW int
+	aheadErr       error // came with the bytes held; the reader's once they are out
 
 	// switching is set while a protocol switch is unanswered, so that
 	// Write, on every response, takes the lock only then.
@@ -88,6 +101,18 @@ const (
 // without a colon, which net/http refuses with 400 and Connection: close.
 var poison = []byte("Refused-By-Nomad-Serverless request framing a front proxy may read differently\r\n\r\n")
 
+// h2Preface is the head that starts HTTP/2's connection preface
+// ("PRI * HTTP/2.0", an empty line, then "SM" and another empty line).
+const h2Preface = "PRI * HTTP/2.0\r\n"
+
+// aheadSize is the read-ahead buffer of an HTTP/2 connection: HAProxy's
+// buffer size, and a full frame of the default maximum size (16 KiB)
+// with room for the next ones' headers. Reads at least this large go to
+// the socket directly. It is allocated at the first HTTP/2 read and kept
+// for the connection's life (net/http's HTTP/1 connections keep a 4 KiB
+// reader; its HTTP/2 ones a frame buffer the size of the largest frame).
+const aheadSize = 16 << 10
+
 // NewScreenConn screens nc, whose next byte starts a request head; heads
 // longer than maxHead are left to net/http (its MaxHeaderBytes plus its
 // 4 KiB read slack is enough).
@@ -105,10 +130,38 @@ func (s *ScreenConn) Unscreen() (nc net.Conn, ok bool) {
 		s.cr = false
 	}
 	s.state = screenOpen
-	if len(s.out) > 0 {
+	if len(s.out) > 0 || s.aheadR < s.aheadW {
 		return nil, false
 	}
 	return s.Conn, true
+}
+
+// readAhead reads an HTTP/2 connection: from what was read ahead, or, for
+// a read smaller than the buffer, as much as the socket has into the
+// buffer first. It returns what one read of the socket would have (bytes
+// in their order, and the socket's error once nothing is held).
+func (s *ScreenConn) readAhead(p []byte) (int, error) {
+	if s.aheadR == s.aheadW {
+		if err := s.aheadErr; err != nil {
+			s.aheadErr = nil
+			return 0, err
+		}
+		if len(p) >= aheadSize {
+			return s.Conn.Read(p)
+		}
+		if s.ahead == nil {
+			s.ahead = make([]byte, aheadSize)
+		}
+		n, err := s.Conn.Read(s.ahead)
+		s.aheadR, s.aheadW = 0, n
+		if n == 0 {
+			return 0, err
+		}
+		s.aheadErr = err
+	}
+	n := copy(p, s.ahead[s.aheadR:s.aheadW])
+	s.aheadR += n
+	return n, nil
 }
 
 // Read reads through the screen.
@@ -124,6 +177,9 @@ func (s *ScreenConn) Read(p []byte) (int, error) {
 		}
 		switch s.state {
 		case screenOpen:
+			if s.h2 {
+				return s.readAhead(p)
+			}
 			return s.Conn.Read(p)
 		case screenRefused:
 			// net/http closes after its 400; nothing more is its.
@@ -354,6 +410,8 @@ func (s *ScreenConn) endHead(head []byte) bool {
 	switch h.Framing {
 	case h1.BodyUnknown:
 		s.state = screenOpen
+		// What follows HTTP/2's preface is frames: read them ahead.
+		s.h2 = string(head) == h2Preface
 	case h1.BodyLength:
 		s.state, s.left = screenBody, h.Length
 	case h1.BodyChunked:

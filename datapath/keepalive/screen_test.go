@@ -301,3 +301,143 @@ func TestScreenConnCloseWrite(t *testing.T) {
 		t.Fatalf("after CloseWrite the client read %d, %v; want EOF", n, err)
 	}
 }
+
+// chunkConn gives out its stream in the pieces it was given, one piece
+// (or less, for a small read) a Read, and counts the Reads.
+type chunkConn struct {
+	net.Conn
+	pieces [][]byte
+	reads  int
+	err    error // after the last piece
+}
+
+func (c *chunkConn) Read(p []byte) (int, error) {
+	c.reads++
+	if len(c.pieces) == 0 {
+		return 0, c.err
+	}
+	n := copy(p, c.pieces[0])
+	if c.pieces[0] = c.pieces[0][n:]; len(c.pieces[0]) == 0 {
+		c.pieces = c.pieces[1:]
+	}
+	return n, nil
+}
+
+// h2Frame is an HTTP/2 frame of the given type and payload on stream 1.
+func h2Frame(typ byte, payload string) string {
+	n := len(payload)
+	return string([]byte{byte(n >> 16), byte(n >> 8), byte(n), typ, 0, 0, 0, 0, 1}) + payload
+}
+
+// After HTTP/2's preface the screen reads ahead: the small reads an HTTP/2
+// server makes (a frame header, then its payload) get the stream byte for
+// byte, in order, errors included, from far fewer reads of the socket;
+// reads larger than the buffer go to the socket directly.
+func TestScreenReadsAheadAfterH2Preface(t *testing.T) {
+	const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	frames := h2Frame(4, "") + h2Frame(1, strings.Repeat("h", 120)) + h2Frame(0, strings.Repeat("d", 37)) +
+		h2Frame(8, "\x00\x00\x01\x00") + h2Frame(0, strings.Repeat("x", 5000))
+	big := strings.Repeat("B", 3*aheadSize)
+	stream := preface + frames + big
+	// The server's reads: the preface in net/http's two peeks, frames as
+	// the framer reads them (header, then payload), then a large read.
+	sizes := []int{14, 10}
+	for rest := frames; len(rest) > 0; {
+		n := int(rest[0])<<16 | int(rest[1])<<8 | int(rest[2])
+		sizes = append(sizes, 9, n)
+		rest = rest[9+n:]
+	}
+	for _, split := range []int{1, 7, 24, 100, 1 << 20} {
+		var pieces [][]byte
+		for i := 0; i < len(stream); i += split {
+			pieces = append(pieces, []byte(stream[i:min(i+split, len(stream))]))
+		}
+		cc := &chunkConn{pieces: pieces, err: io.ErrUnexpectedEOF}
+		sc := NewScreenConn(cc, 1<<20)
+		var got []byte
+		read := func(size int) {
+			t.Helper()
+			buf := make([]byte, size)
+			n, err := io.ReadFull(sc, buf)
+			if err != nil {
+				t.Fatalf("split %d: read of %d after %d bytes: %v", split, size, len(got), err)
+			}
+			got = append(got, buf[:n]...)
+		}
+		for _, size := range sizes {
+			if size > 0 {
+				read(size)
+			}
+		}
+		if !sc.h2 {
+			t.Fatalf("split %d: the preface did not turn the read-ahead on", split)
+		}
+		framesReads := cc.reads
+		read(len(big))
+		if string(got) != stream {
+			t.Fatalf("split %d: the stream changed through the screen", split)
+		}
+		if n, err := sc.Read(make([]byte, 9)); n != 0 || err != io.ErrUnexpectedEOF {
+			t.Fatalf("split %d: after the stream: %d, %v; want the socket's error", split, n, err)
+		}
+		if split == 1<<20 && framesReads > 4 {
+			t.Errorf("the preface and %d frames arriving at once took %d reads of the socket", len(sizes)/2-1, framesReads)
+		}
+	}
+}
+
+// An error that comes with bytes is given out after them, once.
+func TestScreenReadAheadErrorAfterBytes(t *testing.T) {
+	sc := NewScreenConn(&errWithBytesConn{data: []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\nframes")}, 1<<20)
+	buf := make([]byte, 24)
+	if _, err := io.ReadFull(sc, buf); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(sc)
+	if string(b) != "frames" || err != nil {
+		t.Fatalf("got %q, %v", b, err)
+	}
+}
+
+// errWithBytesConn returns its data and io.EOF in one read once the
+// preface is in (what some conns do at their end).
+type errWithBytesConn struct {
+	net.Conn
+	data []byte
+	at   int
+}
+
+func (c *errWithBytesConn) Read(p []byte) (int, error) {
+	n := copy(p, c.data[c.at:])
+	c.at += n
+	if c.at == len(c.data) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// HTTP/1 streams are not read ahead: a head, a look-alike of the preface
+// and what follows CONNECT reach the socket as net/http reads them.
+func TestScreenNoReadAheadForHTTP1(t *testing.T) {
+	for _, stream := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"PRI * HTTP/1.1\r\nHost: a\r\n\r\nmore bytes after it",
+		"PRI /x HTTP/2.0\r\n\r\nSM\r\n\r\nmore bytes after it",
+		"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\ntunnel bytes",
+	} {
+		cc := &chunkConn{pieces: [][]byte{[]byte(stream)}, err: io.EOF}
+		sc := NewScreenConn(cc, 1<<20)
+		var got []byte
+		buf := make([]byte, 5)
+		for {
+			n, err := sc.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		if string(got) != stream || sc.h2 || sc.ahead != nil {
+			t.Fatalf("%q: got %q, read ahead %v", stream, got, sc.h2)
+		}
+	}
+}
