@@ -54,6 +54,7 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -306,6 +307,9 @@ func NewTransport() http.RoundTripper {
 	// connection that goes silent is found by a ping, not by the next
 	// request's timeout.
 	h2c.HTTP2 = &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 5 * time.Second}
+	// The frames the transport writes one system call each go out
+	// together (h2proxy.CombinedConn).
+	h2c.DialContext = h2proxy.CombineWrites(h2c.DialContext)
 	return byProtocol{h1: newH1Transport(), h2c: h2c}
 }
 
