@@ -109,8 +109,15 @@ func runGatewayChild(js string) error {
 	}
 	go func() { _ = g.Run(ctx) }()
 	srv := g.Server(cfg.Listen)
+	// As serve does (controlplane/listen.go): through the gateway's
+	// listener, which screens the heads net/http reads (and so every
+	// HTTP/2 connection's reads pass through keepalive.ScreenConn).
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.ListenAndServe() }()
+	go func() { errc <- srv.Serve(g.Listener(ln)) }()
 	if cfg.TLSListen != "" {
 		m, err := certs.New(certs.Config{Files: cfg.CertFiles})
 		if err != nil {
