@@ -40,9 +40,14 @@ type forward struct {
 	rc       *http.ResponseController
 	out      *stallWriter
 	stall    time.Duration // the stall bound once started: the revision's timeout plus stallSlack
-	status   int           // the instance's status code, 0 if none
-	err      error         // why the proxy failed, if it did
-	tries    int
+	// h2: the request is an HTTP/2 stream, which has no deadline until
+	// its response starts; connDeadline then bounds an answer of the
+	// gateway's own (errorDeadline).
+	h2           bool
+	connDeadline time.Time
+	status       int   // the instance's status code, 0 if none
+	err          error // why the proxy failed, if it did
+	tries        int
 	// wake is the wake from zero this request waited through, whose
 	// timeline it stamps (sent, first byte); nil for every other request.
 	wake *wake
@@ -107,14 +112,31 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	deadline := start.Add(cfg.timeout)
 	connDeadline := start.Add(g.cfg.QueueTimeout + cfg.timeout + time.Second)
 	fast := fastPathOK(r)
-	if !fast {
+	// An HTTP/2 stream's deadlines are its own (no earlier request's to
+	// replace), and each change is a message to the connection's serving
+	// goroutine and a timer. Until its response starts the stream is
+	// bounded without them: the queue wait and the wait for the response
+	// head end at deadline (rev.wait's context, responseStart), and
+	// started sets the stall bounds. So a stream gets a deadline here only
+	// for an answer of the gateway's own (errorDeadline), which a client
+	// that grants no flow-control window would otherwise hold.
+	h2 := r.ProtoMajor == 2
+	if !fast && !h2 {
 		// Only a body is read after the header (whose own timeout the
 		// server enforces); a body-less request needs no read deadline.
 		_ = rc.SetReadDeadline(connDeadline)
 	}
-	_ = rc.SetWriteDeadline(connDeadline)
+	if !h2 {
+		_ = rc.SetWriteDeadline(connDeadline)
+	}
+	errorDeadline := func() {
+		if h2 {
+			_ = rc.SetWriteDeadline(connDeadline)
+		}
+	}
 
 	if g.cfg.MaxBodyBytes > 0 && r.ContentLength > g.cfg.MaxBodyBytes {
+		errorDeadline()
 		status = http.StatusRequestEntityTooLarge
 		writeError(w, status, "request body of %d bytes is larger than the gateway's limit of %d bytes", r.ContentLength, g.cfg.MaxBodyBytes)
 		return
@@ -129,6 +151,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		m.queueWait.Observe(time.Since(start).Seconds())
 		if err != nil {
+			errorDeadline()
 			status = g.writeAcquireError(w, r, rev, cfg, err)
 			return
 		}
@@ -136,7 +159,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rev.inflight.Add(1)
 	rev.budget.deposit()
-	f = &forward{g: g, rev: rev, b: b, deadline: deadline, stall: cfg.timeout + stallSlack, wake: wk}
+	f = &forward{g: g, rev: rev, b: b, deadline: deadline, stall: cfg.timeout + stallSlack, wake: wk, h2: h2, connDeadline: connDeadline}
 	defer func() {
 		rev.inflight.Add(-1)
 		if f.b != nil {
@@ -384,6 +407,9 @@ func (f *forward) started(upgrade bool) {
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	f := forwardOf(r)
 	rev := f.rev
+	if f.h2 {
+		_ = f.rc.SetWriteDeadline(f.connDeadline)
+	}
 	f.closeUnlessBodyRead(w.Header())
 	switch {
 	case f.body != nil && f.body.tooLarge.Load():
