@@ -51,6 +51,11 @@ func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Op)
 	b.WriteString(": ")
+	if e.Status == 0 && agenttls.IsTLSError(e.Err) {
+		// The hint says it all, as the Nomad adapter's does.
+		fmt.Fprintf(&b, "cannot talk to Consul at %s over TLS: %s", e.Addr, e.Hint)
+		return b.String()
+	}
 	if e.Status == 0 {
 		fmt.Fprintf(&b, "cannot reach Consul at %s: %v", e.Addr, e.Err)
 	} else {

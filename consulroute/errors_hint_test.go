@@ -67,3 +67,21 @@ func TestPlainHTTPToConsulsHTTPS(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// A certificate Consul's client does not trust reads as what to set, not
+// as Consul being unreachable.
+func TestConsulCertificateFromAnotherCA(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	c, err := consulroute.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "https://"), Scheme: "https"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = c.KVGet(ctx, "x")
+	want := "read x: cannot talk to Consul at " + srv.URL + " over TLS: Consul's certificate is not signed by a CA this machine trusts: set CONSUL_CACERT"
+	if !errors.Is(err, consulroute.ErrTLS) || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("err = %v\nwant it to start %q", err, want)
+	}
+}

@@ -69,7 +69,7 @@ func actionableErrors(t *testing.T, h *harness, op prodOperator, cl *ProdCluster
 		{"Nomad's certificate from another CA", map[string]string{"NOMAD_CACERT": otherCA}, []string{"status", svc},
 			[]string{"NOMAD_CACERT", otherCA, "not signed by"}},
 		{"Consul's certificate from another CA", map[string]string{"CONSUL_CACERT": otherCA}, []string{"status", svc},
-			[]string{"CONSUL_CACERT", otherCA, "not signed by"}},
+			[]string{"cannot talk to Consul at", "over TLS", "CONSUL_CACERT", otherCA, "not signed by"}},
 		{"no Nomad client certificate", map[string]string{"NOMAD_CLIENT_CERT": "", "NOMAD_CLIENT_KEY": ""}, []string{"status", svc},
 			[]string{"NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY"}},
 		{"no Nomad token", map[string]string{"NOMAD_TOKEN": ""}, []string{"status", svc},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -147,7 +148,24 @@ func (c *Client) write(ctx context.Context, ns string) *api.WriteOptions {
 }
 
 func (c *Client) wrap(op, ns, capability string, err error) error {
-	return wrap(op, c.addr, ns, capability, c.creds, err)
+	werr := wrap(op, c.addr, ns, capability, c.creds, err)
+	var e *Error
+	if errors.As(werr, &e) && e.Kind == ErrPermission && c.creds.TokenSet {
+		e.Credentials.TokenRejected = c.tokenRejected()
+	}
+	return werr
+}
+
+// tokenRejected asks Nomad for the client's own token, which any token
+// that Nomad accepts may read: a refusal says the token itself is expired,
+// deleted or from another cluster, not short of a capability. It is asked
+// only after a 403, to word the error.
+func (c *Client) tokenRejected() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err := c.api.ACLTokens().Self((&api.QueryOptions{}).WithContext(ctx))
+	var ue api.UnexpectedResponseError
+	return errors.As(err, &ue) && ue.HasStatusCode() && (ue.StatusCode() == http.StatusForbidden || ue.StatusCode() == http.StatusNotFound)
 }
 
 // Register submits a revision job. enforceIndex is the JobModifyIndex the

@@ -624,19 +624,34 @@ func TestTaskAPISocketMissing(t *testing.T) {
 func TestPermissionDenied(t *testing.T) {
 	for _, tc := range []struct {
 		name, nomadSays, token, policy string
-		want                           string
+		// selfStatus is Nomad's answer to the token reading itself
+		// (0: 200 with the token).
+		selfStatus int
+		want       string
 	}{
-		{"no token", "Permission denied", "", "nomad-serverless-deploy",
+		{"no token", "Permission denied", "", "nomad-serverless-deploy", 0,
 			`scale revision hello-00001 to 1: Nomad denied permission (Permission denied): NOMAD_TOKEN is not set, and Nomad's anonymous policy does not allow it: set NOMAD_TOKEN to the secret ID of a token whose ACL policy grants "scale-job" on namespace "default" (the policy nomad-serverless-deploy that ` + "`nomad-serverless install -out`" + ` writes)`},
-		{"a token without the capability", "Permission denied", "secret", "nomad-serverless-control-plane",
+		{"a token without the capability", "Permission denied", "secret", "nomad-serverless-control-plane", 0,
 			`scale revision hello-00001 to 1: Nomad denied permission (Permission denied): the ACL policy of the token in NOMAD_TOKEN needs "scale-job" on namespace "default": grant it the policy nomad-serverless-control-plane that ` + "`nomad-serverless install -out`" + ` writes`},
-		{"an expired token", "ACL token expired", "secret", "",
+		// Nomad 2.0 says "Permission denied" for an expired token too;
+		// the token cannot read itself either.
+		{"an expired token, as Nomad 2.0 says it", "Permission denied", "secret", "nomad-serverless-deploy", http.StatusForbidden,
+			`scale revision hello-00001 to 1: Nomad denied permission (Permission denied): Nomad does not accept the token in NOMAD_TOKEN at all: it has expired, or was deleted, or is from another cluster: set NOMAD_TOKEN to the secret ID of a token whose ACL policy grants "scale-job" on namespace "default" (the policy nomad-serverless-deploy that ` + "`nomad-serverless install -out`" + ` writes)`},
+		{"an expired token", "ACL token expired", "secret", "", http.StatusForbidden,
 			`scale revision hello-00001 to 1: Nomad denied permission (ACL token expired): the token in NOMAD_TOKEN has expired: create a new one (nomad acl token create) and set NOMAD_TOKEN to its secret ID`},
-		{"an unknown token", "ACL token not found", "secret", "",
+		{"an unknown token", "ACL token not found", "secret", "", http.StatusForbidden,
 			`scale revision hello-00001 to 1: Nomad denied permission (ACL token not found): Nomad does not know the token in NOMAD_TOKEN (deleted, mistyped, or from another cluster): set NOMAD_TOKEN to the secret ID of a token whose ACL policy grants "scale-job" on namespace "default"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/acl/token/self" {
+					if tc.selfStatus != 0 {
+						http.Error(w, "Permission denied", tc.selfStatus)
+						return
+					}
+					w.Write([]byte(`{"AccessorID":"a","SecretID":"secret","Type":"client"}`))
+					return
+				}
 				http.Error(w, tc.nomadSays, http.StatusForbidden)
 			}))
 			t.Cleanup(srv.Close)

@@ -79,6 +79,11 @@ type Credentials struct {
 	// client should hold: nomad-serverless-deploy for the CLI,
 	// nomad-serverless-control-plane for serve.
 	Policy string
+	// TokenRejected: after a 403, Nomad would not even read the token
+	// itself (/v1/acl/token/self): it has expired, was deleted or is from
+	// another cluster. Nomad 2.0 answers every endpoint "Permission
+	// denied" for such a token, as for one that lacks a capability.
+	TokenRejected bool
 }
 
 func (e *Error) Error() string {
@@ -122,6 +127,8 @@ func (e *Error) permissionHint() string {
 		return "the token in NOMAD_TOKEN has expired: create a new one (nomad acl token create) and set NOMAD_TOKEN to its secret ID"
 	case strings.Contains(lower, "token not found"), strings.Contains(lower, "token is invalid"):
 		return "Nomad does not know the token in NOMAD_TOKEN (deleted, mistyped, or from another cluster): set NOMAD_TOKEN to the secret ID of " + holding
+	case e.Credentials.TokenRejected:
+		return "Nomad does not accept the token in NOMAD_TOKEN at all: it has expired, or was deleted, or is from another cluster: set NOMAD_TOKEN to the secret ID of " + holding
 	case !e.Credentials.TokenSet:
 		return "NOMAD_TOKEN is not set, and Nomad's anonymous policy does not allow it: set NOMAD_TOKEN to the secret ID of " + holding
 	}
