@@ -157,15 +157,25 @@ func (c *Client) wrap(op, ns, capability string, err error) error {
 }
 
 // tokenRejected asks Nomad for the client's own token, which any token
-// that Nomad accepts may read: a refusal says the token itself is expired,
-// deleted or from another cluster, not short of a capability. It is asked
-// only after a 403, to word the error.
-func (c *Client) tokenRejected() bool {
+// that Nomad accepts may read, and returns what Nomad said if it refused:
+// the token itself is expired, deleted or from another cluster, not short
+// of a capability. It is asked only after a 403, to word the error.
+func (c *Client) tokenRejected() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, _, err := c.api.ACLTokens().Self((&api.QueryOptions{}).WithContext(ctx))
 	var ue api.UnexpectedResponseError
-	return errors.As(err, &ue) && ue.HasStatusCode() && (ue.StatusCode() == http.StatusForbidden || ue.StatusCode() == http.StatusNotFound)
+	if !errors.As(err, &ue) || !ue.HasStatusCode() {
+		return ""
+	}
+	body := strings.TrimSpace(ue.Body())
+	switch {
+	case strings.Contains(strings.ToLower(body), "token"):
+		return body
+	case ue.StatusCode() == http.StatusForbidden || ue.StatusCode() == http.StatusNotFound:
+		return cmp.Or(body, http.StatusText(ue.StatusCode()))
+	}
+	return "" // Nomad failed otherwise (no leader...): say nothing of the token
 }
 
 // Register submits a revision job. enforceIndex is the JobModifyIndex the

@@ -79,11 +79,13 @@ type Credentials struct {
 	// client should hold: nomad-serverless-deploy for the CLI,
 	// nomad-serverless-control-plane for serve.
 	Policy string
-	// TokenRejected: after a 403, Nomad would not even read the token
-	// itself (/v1/acl/token/self): it has expired, was deleted or is from
-	// another cluster. Nomad 2.0 answers every endpoint "Permission
-	// denied" for such a token, as for one that lacks a capability.
-	TokenRejected bool
+	// TokenRejected is what Nomad said, after a 403, when asked for the
+	// token itself (/v1/acl/token/self), which any token it accepts may
+	// read; "" when it answered. Nomad 2.0 answers every other endpoint
+	// "Permission denied" for an expired, deleted or foreign token, as for
+	// one that lacks a capability; this one says "ACL token expired" (a
+	// 500) or "ACL token not found" (a 403).
+	TokenRejected string
 }
 
 func (e *Error) Error() string {
@@ -122,12 +124,13 @@ func (e *Error) permissionHint() string {
 	if policy != "" {
 		holding += fmt.Sprintf(" (the policy %s that `nomad-serverless install -out` writes)", policy)
 	}
+	rejected := strings.ToLower(e.Credentials.TokenRejected)
 	switch lower := strings.ToLower(e.Message); {
-	case strings.Contains(lower, "token expired"):
+	case strings.Contains(lower, "token expired"), strings.Contains(rejected, "token expired"):
 		return "the token in NOMAD_TOKEN has expired: create a new one (nomad acl token create) and set NOMAD_TOKEN to its secret ID"
 	case strings.Contains(lower, "token not found"), strings.Contains(lower, "token is invalid"):
 		return "Nomad does not know the token in NOMAD_TOKEN (deleted, mistyped, or from another cluster): set NOMAD_TOKEN to the secret ID of " + holding
-	case e.Credentials.TokenRejected:
+	case rejected != "":
 		return "Nomad does not accept the token in NOMAD_TOKEN at all: it has expired, or was deleted, or is from another cluster: set NOMAD_TOKEN to the secret ID of " + holding
 	case !e.Credentials.TokenSet:
 		return "NOMAD_TOKEN is not set, and Nomad's anonymous policy does not allow it: set NOMAD_TOKEN to the secret ID of " + holding
