@@ -34,6 +34,11 @@ type SocketKeeper struct {
 	// Listen maps a role (SocketGateway, SocketHTTPS) to the TCP address
 	// to hold for it.
 	Listen map[string]string
+	// Owner, when not nil, is the user serve runs as, given Path (mode
+	// 0600) when the keeper runs as another (root, to bind 443 in
+	// docker): connecting to a unix socket takes write permission on it,
+	// and only serve should take the gateway's sockets.
+	Owner *int
 	// Logger gets what the keeper does; nil discards it.
 	Logger *slog.Logger
 
@@ -80,6 +85,14 @@ func (k *SocketKeeper) Run(ctx context.Context) error {
 		return fmt.Errorf("keep sockets: listen on %s: %w", k.Path, err)
 	}
 	defer ul.Close()
+	if k.Owner != nil {
+		if err := os.Chown(k.Path, *k.Owner, -1); err != nil {
+			return fmt.Errorf("keep sockets: give %s to user %d: %w", k.Path, *k.Owner, err)
+		}
+		if err := os.Chmod(k.Path, 0o600); err != nil {
+			return fmt.Errorf("keep sockets: %w", err)
+		}
+	}
 	go func() {
 		<-ctx.Done()
 		ul.Close()

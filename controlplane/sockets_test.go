@@ -133,3 +133,33 @@ func TestListenFromAKeeperSaysWhatIsMissing(t *testing.T) {
 		t.Errorf("takeSockets with no keeper = %v", err)
 	}
 }
+
+// A keeper running as root (to bind 443 in docker) gives its socket to
+// serve's user, and to nobody else.
+func TestSocketKeeperGivesItsSocketToServesUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a file to another user")
+	}
+	uid := 65532
+	k := &SocketKeeper{Path: filepath.Join(t.TempDir(), "sockets.sock"), Listen: map[string]string{SocketGateway: "127.0.0.1:0"}, Owner: &uid}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	held, err := takeSockets(ctx, k.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range held {
+		l.Close()
+	}
+	fi, err := os.Stat(k.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if int(st.Uid) != uid || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket owner %d mode %v, want %d and 0600", st.Uid, fi.Mode().Perm(), uid)
+	}
+}

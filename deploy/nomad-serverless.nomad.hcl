@@ -113,7 +113,7 @@ job "nomad-serverless" {
       }
 
       config {
-        args         = ["keep-sockets", "-socket", "${NOMAD_ALLOC_DIR}/gateway-sockets.sock", "-listen", ":${NOMAD_PORT_gateway}", "-https-listen", ":${NOMAD_PORT_https}"]
+        args         = ["keep-sockets", "-socket", "${NOMAD_ALLOC_DIR}/gateway-sockets.sock", "-listen", ":${NOMAD_PORT_gateway}", "-https-listen", ":${NOMAD_PORT_https}", "-owner", "65532"]
         cap_add      = ["net_bind_service"]
         image        = "ghcr.io/nomad-serverless/nomad-serverless:latest"
         network_mode = "host"

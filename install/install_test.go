@@ -324,6 +324,10 @@ func TestConsulTLS(t *testing.T) {
 	if keeper.User != "root" || fmt.Sprint(keeper.Config["cap_add"]) != "[net_bind_service]" {
 		t.Errorf("the keeper runs as %q with cap_add %v: it binds 443", keeper.User, keeper.Config["cap_add"])
 	}
+	// serve, the image's user, must be able to connect to root's socket.
+	if owner := testFlag(testStrings(keeper.Config["args"]), "-owner"); owner != fmt.Sprint(imageUID) {
+		t.Errorf("the keeper gives its socket to %q, want the image's user %d", owner, imageUID)
+	}
 	for _, tmpl := range serve.Templates[1:] {
 		if tmpl.Uid == nil || *tmpl.Uid != imageUID {
 			t.Errorf("%s: owner %v, want the image's user %d", *tmpl.DestPath, tmpl.Uid, imageUID)

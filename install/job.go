@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -330,7 +331,10 @@ func Job(o Options, version string) *api.Job {
 		// balancer needs neither.
 		keeper.Config["cap_add"] = []string{"net_bind_service"}
 		if keeper.Driver == "docker" {
+			// serve, as the image's user, must be able to connect to
+			// the socket the root keeper makes.
 			keeper.User = "root"
+			keeper.Config["args"] = append(keeperArgs, "-owner", strconv.Itoa(imageUID))
 		}
 	}
 

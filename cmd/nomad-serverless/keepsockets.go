@@ -22,6 +22,7 @@ serve Nomad restarts. The install job runs it as a prestart sidecar task.
 	fs.StringVar(&k.Path, "socket", "", "unix socket `path` serve takes the sockets from")
 	fs.StringVar(&listen, "listen", "", "`address` of the gateway, as serve's -listen")
 	fs.StringVar(&httpsListen, "https-listen", "", "`address` of the gateway's HTTPS, as serve's -listen host with its -https-port")
+	owner := fs.Int("owner", -1, "`uid` of the user serve runs as, when it is not the keeper's: the socket is given to it, mode 0600")
 	if _, err := parseFlagsAnywhere(fs, args); err != nil {
 		return exitUsage
 	}
@@ -32,6 +33,9 @@ serve Nomad restarts. The install job runs it as a prestart sidecar task.
 	k.Listen[controlplane.SocketGateway] = listen
 	if httpsListen != "" {
 		k.Listen[controlplane.SocketHTTPS] = httpsListen
+	}
+	if *owner >= 0 {
+		k.Owner = owner
 	}
 	k.Logger = slog.New(slog.NewTextHandler(e.stderr, nil))
 	if err := k.Run(ctx); err != nil {
