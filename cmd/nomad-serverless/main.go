@@ -73,7 +73,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].synopsis)
+		fmt.Fprintf(w, "  %-12s %s\n", n, cmds[n].synopsis)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'nomad-serverless <command> -h' for a command's options.")
