@@ -21,7 +21,8 @@ var (
 	// ErrConflict: a check-and-set lost to a concurrent writer; read again
 	// and retry.
 	ErrConflict = errors.New("changed concurrently (check-and-set lost)")
-	// ErrUnreachable: Consul did not answer at all.
+	// ErrUnreachable: Consul did not answer at all (a failed TLS
+	// handshake is ErrTLS).
 	ErrUnreachable = errors.New("consul unreachable")
 	// ErrPermissionDenied: Consul's ACLs refused the token.
 	ErrPermissionDenied = errors.New("permission denied by consul ACLs")
@@ -78,7 +79,8 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrUnreachable:
-		return e.Status == 0
+		// A TLS failure got an answer, a refusal: ErrTLS, as in nomadjob.
+		return e.Status == 0 && !agenttls.IsTLSError(e.Err)
 	case ErrTLS:
 		return e.Status == 0 && agenttls.IsTLSError(e.Err) || e.Status == 400 && agenttls.IsPlainToTLS(e.Message)
 	case ErrPermissionDenied:

@@ -209,8 +209,13 @@ type serveProc struct {
 // answers /healthz.
 func (it *integ) startServe(replica string) *serveProc {
 	it.t.Helper()
-	gw, admin := testbin.FreePort(it.t), testbin.FreePort(it.t)
-	s := &serveProc{replica: replica, listen: "127.0.0.1:" + strconv.Itoa(gw), admin: "127.0.0.1:" + strconv.Itoa(admin)}
+	return it.startServeOn(replica, "127.0.0.1:"+strconv.Itoa(testbin.FreePort(it.t)))
+}
+
+// startServeOn is startServe with the gateway on listen and more flags.
+func (it *integ) startServeOn(replica, listen string, extra ...string) *serveProc {
+	it.t.Helper()
+	s := &serveProc{replica: replica, listen: listen, admin: "127.0.0.1:" + strconv.Itoa(testbin.FreePort(it.t))}
 	env := map[string]string{}
 	for k, v := range it.cluster.Env() {
 		env[k] = v
@@ -219,8 +224,8 @@ func (it *integ) startServe(replica string) *serveProc {
 		env[k] = ""
 	}
 	// The process outlives the scenario that starts it.
-	s.proc = testbin.Start(it.root, it.bin, []string{"serve", "-listen", s.listen, "-admin-listen", s.admin,
-		"-replica", replica, "-tick", "250ms"}, env)
+	s.proc = testbin.Start(it.root, it.bin, append([]string{"serve", "-listen", s.listen, "-admin-listen", s.admin,
+		"-replica", replica, "-tick", "250ms"}, extra...), env)
 	it.serves = append(it.serves, s)
 	eventually(it.t, 20*time.Second, "serve "+replica+" answers "+activator.HealthPath, func() (bool, string) {
 		select {

@@ -1,19 +1,26 @@
 package main
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/activator"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/rollout"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
 
 // TestIntegrationFakeCluster runs the real binary — deploy, traffic,
@@ -40,6 +47,7 @@ func TestIntegrationFakeCluster(t *testing.T) {
 		{"5 a revision that cannot start", func(t *testing.T) { it.scenarioCannotStart(t, a) }},
 		{"6 same file, scaling-only change", func(t *testing.T) { it.scenarioInPlace(t, a) }},
 		{"7 Nomad unreachable or refusing", func(t *testing.T) { it.scenarioNomadDown(t, a) }},
+		{"8a kill -9 of a serve whose sockets a keeper holds", func(t *testing.T) { it.scenarioSocketKeeper(t) }},
 		{"8 restart serve, two replicas, leader handover", func(t *testing.T) { a = it.scenarioRestartAndLeader(t, a) }},
 		{"9 bad file deploys nothing, delete leaves nothing", func(t *testing.T) { it.scenarioBadFileAndDelete(t) }},
 	}
@@ -681,5 +689,60 @@ func (it *integ) waitAsleep(t *testing.T, rev string, gateways ...*serveProc) {
 			}
 		}
 		return true, state
+	})
+}
+
+// Scenario 8a: `keep-sockets` holds the gateway's port for a
+// second serve. A connection made after that serve is killed with SIGKILL
+// waits in the kernel's backlog and the serve started next answers it; a
+// serve stopped with SIGTERM leaves the port refusing.
+func (it *integ) scenarioSocketKeeper(t *testing.T) {
+	listen := "127.0.0.1:" + strconv.Itoa(testbin.FreePort(t))
+	sock := filepath.Join(t.TempDir(), "gateway-sockets.sock")
+	keeper := testbin.Start(it.root, it.bin, []string{"keep-sockets", "-socket", sock, "-listen", listen}, nil)
+	defer func() {
+		if code := keeper.Stop(t); code != 0 {
+			t.Errorf("keep-sockets exited %d after SIGTERM:\n%s", code, keeper.Output())
+		}
+	}()
+	k := it.startServeOn("replica-k", listen, "-sockets", sock)
+	if r := k.request("hello", "", "/"); !r.ok() || r.app != "v2" {
+		t.Fatalf("through the kept socket: %s", r)
+	}
+	if err := k.proc.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.proc.Wait(30 * time.Second); err != nil {
+		t.Fatalf("serve after SIGKILL: %v", err)
+	}
+	// serve is dead: the connection is still taken, and its request waits.
+	answered := make(chan reply, 1)
+	c, err := net.DialTimeout("tcp", listen, 10*time.Second)
+	if err != nil {
+		t.Fatalf("dial the gateway while serve is dead: %v (the keeper should hold the port)", err)
+	}
+	defer c.Close()
+	go func() {
+		c.SetDeadline(time.Now().Add(90 * time.Second))
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: hello.default.%s\r\nConnection: close\r\n\r\n", activator.DefaultDomain)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			answered <- reply{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		answered <- reply{code: resp.StatusCode, app: resp.Header.Get("X-Testapp-Name")}
+	}()
+	k2 := it.startServeOn("replica-k", listen, "-sockets", sock)
+	if r := <-answered; !r.ok() || r.app != "v2" {
+		t.Errorf("the request made while serve was dead: %s, want 200 from v2", r)
+	}
+	k2.stop(t)
+	eventually(t, 20*time.Second, "the port refuses once serve stopped on purpose", func() (bool, string) {
+		c, err := net.DialTimeout("tcp", listen, time.Second)
+		if c != nil {
+			c.Close()
+		}
+		return errors.Is(err, syscall.ECONNREFUSED), fmt.Sprintf("dial: %v", err)
 	})
 }
