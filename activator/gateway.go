@@ -532,10 +532,7 @@ func (g *Gateway) maybeWake(r *revision) {
 // own (idle ones at once, busy ones after their response), but it does
 // not wait for them: Run does, when its context ends, so stop both.
 func (g *Gateway) Server(addr string) *http.Server {
-	t := newTakeOver(g)
-	g.takeOversMu.Lock()
-	g.takeOvers = append(g.takeOvers, t)
-	g.takeOversMu.Unlock()
+	t := newTakeOver(g, g.serveHTTP, nil)
 	// HTTP/1.1, and HTTP/2 with prior knowledge (h2c: what gRPC clients
 	// without TLS speak). Every HTTP/2 stream is a request like any other:
 	// routed, split, counted and held at zero on its own.
@@ -544,7 +541,7 @@ func (g *Gateway) Server(addr string) *http.Server {
 	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Addr:              addr,
-		Handler:           h2Guard{g}, // rapid reset: h2reset.go
+		Handler:           h2Guard{g: g, next: g.ServeHTTP}, // rapid reset: h2reset.go
 		Protocols:         &protos,
 		HTTP2:             http2Limits(),
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,

@@ -34,7 +34,7 @@ const (
 )
 
 // h2Conn counts one client connection's HTTP/2 streams and premature
-// resets. Every connection of Server gets one (ConnContext): which
+// resets. Every connection of Server and TLSServer gets one (ConnContext): which
 // protocol it speaks is known only later.
 type h2Conn struct {
 	nc      net.Conn
@@ -49,13 +49,18 @@ func withH2Conn(ctx context.Context, nc net.Conn) context.Context {
 	return context.WithValue(ctx, h2ConnKey{}, &h2Conn{nc: nc})
 }
 
-// h2Guard is Server's handler: the gateway, with the premature resets
-// of HTTP/2 streams counted per connection.
-type h2Guard struct{ g *Gateway }
+// h2Guard is the handler of Server and TLSServer: the gateway, with the
+// premature resets of HTTP/2 streams counted per connection.
+// next serves what the guard passes on: the plain port's ServeHTTP, or
+// the HTTPS port's serveTLS.
+type h2Guard struct {
+	g    *Gateway
+	next http.HandlerFunc
+}
 
 func (h h2Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor != 2 {
-		h.g.ServeHTTP(w, r)
+		h.next(w, r)
 		return
 	}
 	if r.Method == "PRI" {
@@ -69,7 +74,7 @@ func (h h2Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c, _ := r.Context().Value(h2ConnKey{}).(*h2Conn)
 	if c == nil {
-		h.g.ServeHTTP(w, r)
+		h.next(w, r)
 		return
 	}
 	if c.closed.Load() {
@@ -91,5 +96,5 @@ func (h h2Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_ = c.nc.Close()
 		}
 	}()
-	h.g.ServeHTTP(w, r)
+	h.next(w, r)
 }

@@ -27,6 +27,12 @@ import (
 type takeOver struct {
 	g    *Gateway
 	loop keepalive.Server
+	// handler serves the requests of both the loop and the fallback
+	// server; connContext, when not nil, is the fallback server's
+	// ConnContext (the HTTPS port's: it finds the TLS state under the
+	// connection's wrappers).
+	handler     http.HandlerFunc
+	connContext func(context.Context, net.Conn) context.Context
 
 	mu         sync.Mutex
 	fallback   *http.Server // made on first use
@@ -36,10 +42,13 @@ type takeOver struct {
 // takeOverKey carries a server's takeOver in its connections' contexts.
 type takeOverKey struct{}
 
-func newTakeOver(g *Gateway) *takeOver {
-	t := &takeOver{g: g}
+func newTakeOver(g *Gateway, handler http.HandlerFunc, connContext func(context.Context, net.Conn) context.Context) *takeOver {
+	t := &takeOver{g: g, handler: handler, connContext: connContext}
+	g.takeOversMu.Lock()
+	g.takeOvers = append(g.takeOvers, t)
+	g.takeOversMu.Unlock()
 	t.loop = keepalive.Server{
-		Handler:           http.HandlerFunc(g.serveHTTP),
+		Handler:           handler,
 		HandOff:           t.handOff,
 		IdleTimeout:       g.cfg.IdleTimeout,
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
@@ -73,7 +82,8 @@ func (t *takeOver) handOff(nc net.Conn) {
 		t.fallbackLn = keepalive.NewConnQueue(nc.LocalAddr())
 		g := t.g
 		t.fallback = &http.Server{
-			Handler:           http.HandlerFunc(g.serveHTTP),
+			Handler:           t.handler,
+			ConnContext:       t.connContext,
 			ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
 			IdleTimeout:       g.cfg.IdleTimeout,
 			MaxHeaderBytes:    g.cfg.MaxHeaderBytes,

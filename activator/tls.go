@@ -91,31 +91,56 @@ func (g *Gateway) Hosts() []Host {
 // Server: serve it on TLSListener. HTTP/2 (ALPN h2) and HTTP/1.1 both
 // reach the gateway as on the plain port: every request is routed,
 // split, counted and held alike, and r.TLS is set (X-Forwarded-Proto and
-// Forwarded say https). Its connections stay on net/http: the keep-alive
-// loop reads sockets, not TLS records.
+// Forwarded say https). Its HTTP/1.1 keep-alive connections with plain
+// requests move into the gateway's own loop as on the plain port
+// (keepalive.go): there it cost 0.78x HAProxy's requests a second over
+// TLS, the same per-request machinery of net/http as on plain HTTP.
 func (g *Gateway) TLSServer(addr string) *http.Server {
+	t := newTakeOver(g, g.serveTLS, tlsConnContext)
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetHTTP2(true) // for the *tls.Conn that negotiated h2; no h2c here
-	return &http.Server{
+	takeOrServe := func(w http.ResponseWriter, r *http.Request) {
+		// r.TLS is not set yet (serveTLS sets it): net/http saw the
+		// screen, not the *tls.Conn, so Eligible does not refuse it.
+		if t.eligible(r) && t.serve(w, r) {
+			return
+		}
+		g.serveTLS(w, r)
+	}
+	srv := &http.Server{
 		Addr:              addr,
-		Handler:           http.HandlerFunc(g.serveTLS),
+		Handler:           h2Guard{g: g, next: takeOrServe}, // rapid reset: h2reset.go
 		Protocols:         &protos,
 		HTTP2:             http2Limits(),
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
 		IdleTimeout:       g.cfg.IdleTimeout,
 		MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if s, ok := c.(*keepalive.ScreenConn); ok {
-				if tc, ok := s.Conn.(*tls.Conn); ok {
-					st := tc.ConnectionState()
-					return context.WithValue(ctx, tlsStateKey{}, &st)
-				}
-			}
-			return ctx
+		ConnContext: func(ctx context.Context, nc net.Conn) context.Context {
+			return withH2Conn(tlsConnContext(ctx, nc), nc)
 		},
 	}
+	srv.RegisterOnShutdown(t.shutdown)
+	return srv
+}
+
+// tlsConnContext carries the TLS state of an HTTPS connection that net/http
+// does not see as a *tls.Conn (it reads HTTP/1.1 through the head screen,
+// and the fallback server reads what the loop handed off) to serveTLS.
+func tlsConnContext(ctx context.Context, c net.Conn) context.Context {
+	for c != nil {
+		switch x := c.(type) {
+		case *tls.Conn:
+			st := x.ConnectionState()
+			return context.WithValue(ctx, tlsStateKey{}, &st)
+		case interface{ NetConn() net.Conn }:
+			c = x.NetConn()
+		default:
+			return ctx
+		}
+	}
+	return ctx
 }
 
 type tlsStateKey struct{}

@@ -43,6 +43,11 @@ func (c *conn) peek(wait bool) peekState {
 				break
 			}
 		}
+		if c.tlsRecords && perr == nil && n > 0 && peerShutdown(fd) {
+			// The records are the client's last (its close_notify):
+			// it has shut its side down.
+			n = 0
+		}
 		// Returning false waits for the socket to become readable.
 		return !wait || (perr != syscall.EAGAIN && perr != syscall.EWOULDBLOCK)
 	})
@@ -80,13 +85,18 @@ type clientWatcher struct {
 	c       *conn
 	mu      sync.Mutex // orders stop against the watcher's deadline reset
 	stopped bool
+	stopCh  chan struct{} // closed by stop
 	exited  chan struct{}
 }
+
+// tlsRecheck bounds how often a watcher looks again at a TLS client whose
+// records wait unread (see run).
+const tlsRecheck = 250 * time.Millisecond
 
 // watchClient starts a watcher that calls onGone if the client leaves
 // before stop.
 func (c *conn) watchClient(onGone func()) *clientWatcher {
-	w := &clientWatcher{c: c, exited: make(chan struct{})}
+	w := &clientWatcher{c: c, stopCh: make(chan struct{}), exited: make(chan struct{})}
 	if c.raw == nil {
 		close(w.exited)
 		return w
@@ -97,6 +107,7 @@ func (c *conn) watchClient(onGone func()) *clientWatcher {
 
 func (w *clientWatcher) run(onGone func()) {
 	defer close(w.exited)
+	delay := 5 * time.Millisecond
 	for {
 		switch w.c.peek(true) {
 		case peekGone:
@@ -108,9 +119,21 @@ func (w *clientWatcher) run(onGone func()) {
 			}
 			return
 		case peekData, peekEmpty:
-			// A pipelined request: the client is there (net/http
-			// likewise stops watching).
-			return
+			if !w.c.tlsRecords {
+				// A pipelined request: the client is there (net/http
+				// likewise stops watching).
+				return
+			}
+			// Records wait: a pipelined request, or a close_notify
+			// whose FIN is still on its way (net/http reads the alert
+			// and so notices it). The socket stays readable, so look
+			// again after a while, until the request ends.
+			select {
+			case <-w.stopCh:
+				return
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, tlsRecheck)
 		case peekDeadline:
 			w.mu.Lock()
 			if w.stopped {
@@ -129,6 +152,7 @@ func (w *clientWatcher) run(onGone func()) {
 func (w *clientWatcher) stop() {
 	w.mu.Lock()
 	w.stopped = true
+	close(w.stopCh)
 	w.c.setReadDeadline(pastDeadline)
 	w.mu.Unlock()
 	<-w.exited

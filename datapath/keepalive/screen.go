@@ -120,6 +120,9 @@ func NewScreenConn(nc net.Conn, maxHead int) *ScreenConn {
 	return &ScreenConn{Conn: nc, maxHead: maxHead}
 }
 
+// NetConn returns the screened connection (as tls.Conn.NetConn does).
+func (s *ScreenConn) NetConn() net.Conn { return s.Conn }
+
 // Unscreen stops screening: the rest of the stream passes through. It
 // returns the connection under the screen if nothing read from it is held
 // (the caller may then read it directly); otherwise ok is false and the

@@ -34,6 +34,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -223,8 +224,18 @@ func (s *Server) ServeConn(nc net.Conn, br *bufio.Reader, bw *bufio.Writer, firs
 		c.remote = first.RemoteAddr
 	}
 	// Without a socket to peek at (no such listener in practice) a
-	// departed client goes unnoticed until a write to it fails.
-	if sc, ok := nc.(syscall.Conn); ok {
+	// departed client goes unnoticed until a write to it fails. A TLS
+	// connection is peeked at through its TCP socket: the bytes waiting
+	// there are records, which a departed client's close_notify may be
+	// (tlsRecords; see peek).
+	sock := nc
+	if sc, ok := sock.(*ScreenConn); ok {
+		sock = sc.Conn // the screen holds bytes: peek under it
+	}
+	if tc, ok := sock.(*tls.Conn); ok {
+		sock, c.tlsRecords = tc.NetConn(), true
+	}
+	if sc, ok := sock.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
 	c.w.c = c
@@ -254,13 +265,18 @@ func (s *Server) ServeConn(nc net.Conn, br *bufio.Reader, bw *bufio.Writer, firs
 
 // conn is one connection and the state its requests reuse.
 type conn struct {
-	s      *Server
-	nc     net.Conn
-	raw    syscall.RawConn // nil: cannot peek
-	rw     *rawio.Conn     // br's and bw's, nil for a hijacked connection's buffers
-	br     *bufio.Reader
-	bw     *bufio.Writer
-	remote string
+	s   *Server
+	nc  net.Conn
+	raw syscall.RawConn // nil: cannot peek
+	// tlsRecords: nc is a *tls.Conn, raw its TCP socket, whose waiting
+	// bytes are TLS records: a pipelined request or a client's
+	// close_notify alert, which peek cannot tell apart (TLS 1.3 encrypts
+	// the alert's type).
+	tlsRecords bool
+	rw         *rawio.Conn // br's and bw's, nil for a hijacked connection's buffers
+	br         *bufio.Reader
+	bw         *bufio.Writer
+	remote     string
 
 	// sendOnWait: the last response's final write is left to readHead,
 	// which sends it as it starts to wait for the next request (see
@@ -539,6 +555,10 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 	}
 	return p.Conn.Read(b)
 }
+
+// NetConn returns the connection under the replayed bytes (as
+// tls.Conn.NetConn does), for whoever needs to know what it is.
+func (p *prefixConn) NetConn() net.Conn { return p.Conn }
 
 // CloseWrite lets net/http half-close the connection as it does a TCP one.
 func (p *prefixConn) CloseWrite() error {
