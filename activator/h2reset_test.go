@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"crypto/tls"
 	"io"
 	"net/http"
 	"strings"
@@ -13,10 +14,11 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/test/rawh2"
 )
 
-// h2ResetGateway is a gateway on the screened listener in front of a fake
+// h2ResetGateway is a gateway on the screened listener (tls false) or on
+// its HTTPS port (tls true, the client negotiating h2) in front of a fake
 // sidecar whose /hold/ requests send their head and wait for the client
-// to go.
-func h2ResetGateway(t *testing.T) (addr string, sc *fakeSidecar) {
+// to go. dial opens a client connection to it.
+func h2ResetGateway(t *testing.T, overTLS bool) (dial func() *rawh2.Conn, sc *fakeSidecar) {
 	sc = newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/hold/") {
 			w.WriteHeader(200)
@@ -29,8 +31,21 @@ func h2ResetGateway(t *testing.T) (addr string, sc *fakeSidecar) {
 	})
 	cat := oneRevision(0, time.Minute)
 	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
-	tg := startGateway(t, cat, nil, nil)
-	return serveScreened(t, tg.g), sc
+	if !overTLS {
+		addr := serveScreened(t, startGateway(t, cat, nil, nil).g)
+		return func() *rawh2.Conn { return rawh2.Dial(t, addr) }, sc
+	}
+	tg := startTLSGateway(t, cat, nil)
+	return func() *rawh2.Conn {
+		c, err := tls.Dial("tcp", tg.tlsAddr, &tls.Config{RootCAs: tg.pool, ServerName: "hello.default.localhost", NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := c.ConnectionState().NegotiatedProtocol; p != "h2" {
+			t.Fatalf("negotiated %q, want h2", p)
+		}
+		return rawh2.Wrap(t, c)
+	}, sc
 }
 
 // openThenReset opens stream id on a held request, waits until the gateway
@@ -55,32 +70,37 @@ func openThenReset(t *testing.T, c *rawh2.Conn, id uint32) bool {
 // other, is closed once it has had prematureMinStreams streams: what rapid
 // reset passes on to the instance is bounded by that, not by the
 // attacker's speed.
+// The same holds for HTTP/2 over TLS.
 func TestH2RapidResetClosesTheConnection(t *testing.T) {
-	addr, sc := h2ResetGateway(t)
-	c := rawh2.Dial(t, addr)
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for ; n < 2*prematureMinStreams && openThenReset(t, c, uint32(2*n+1)); n++ {
-	}
-	o, ok := c.Wait(rawh2.Within, nil)
-	if !ok || !o.Closed {
-		t.Fatalf("after %d open-then-reset streams the connection is still open: %s", n, &o)
-	}
-	if n < prematureMinStreams-1 || n > prematureMinStreams+1 {
-		t.Errorf("closed after %d streams, want about %d", n, prematureMinStreams)
-	}
-	if got := sc.requests.Load(); got > prematureMinStreams+1 {
-		t.Errorf("the instance saw %d requests, want at most %d", got, prematureMinStreams+1)
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "h2c", true: "h2 over TLS"}[overTLS], func(t *testing.T) {
+			dial, sc := h2ResetGateway(t, overTLS)
+			c := dial()
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for ; n < 2*prematureMinStreams && openThenReset(t, c, uint32(2*n+1)); n++ {
+			}
+			o, ok := c.Wait(rawh2.Within, nil)
+			if !ok || !o.Closed {
+				t.Fatalf("after %d open-then-reset streams the connection is still open: %s", n, &o)
+			}
+			if n < prematureMinStreams-1 || n > prematureMinStreams+1 {
+				t.Errorf("closed after %d streams, want about %d", n, prematureMinStreams)
+			}
+			if got := sc.requests.Load(); got > prematureMinStreams+1 {
+				t.Errorf("the instance saw %d requests, want at most %d", got, prematureMinStreams+1)
+			}
+		})
 	}
 }
 
 // A client that cancels some of its calls (a quarter here, each right
 // after its head came back) keeps its connection.
 func TestH2SomeResetsKeepTheConnection(t *testing.T) {
-	addr, _ := h2ResetGateway(t)
-	c := rawh2.Dial(t, addr)
+	dial, _ := h2ResetGateway(t, false)
+	c := dial()
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
