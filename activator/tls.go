@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
+	"github.com/nomad-serverless/nomad-serverless/datapath/rawio"
 )
 
 // TLS is what the gateway asks of whatever holds its certificates (package
@@ -218,7 +219,9 @@ func (l *tlsListener) acceptLoop() {
 }
 
 func (l *tlsListener) handshake(c net.Conn) {
-	tc := tls.Server(c, l.cfg)
+	// Its records are read and written with raw system calls, as the
+	// plain port's requests are (package rawio says why).
+	tc := tls.Server(rawio.NewNetConn(c), l.cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
 	go func() {
