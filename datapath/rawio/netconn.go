@@ -37,4 +37,3 @@ func (c *NetConn) SyscallConn() (syscall.RawConn, error) {
 	}
 	return sc.SyscallConn()
 }
-
