@@ -94,8 +94,8 @@ func (g *Gateway) Hosts() []Host {
 // split, counted and held alike, and r.TLS is set (X-Forwarded-Proto and
 // Forwarded say https). Its HTTP/1.1 keep-alive connections with plain
 // requests move into the gateway's own loop as on the plain port
-// (keepalive.go): there it cost 0.78x HAProxy's requests a second over
-// TLS, the same per-request machinery of net/http as on plain HTTP.
+// (keepalive.go): on net/http they made 0.78x HAProxy's requests a
+// second over TLS, for the same per-request machinery as on plain HTTP.
 func (g *Gateway) TLSServer(addr string) *http.Server {
 	t := newTakeOver(g, g.serveTLS, tlsConnContext)
 	var protos http.Protocols
