@@ -3,12 +3,8 @@ package activator
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
 	"math/big"
@@ -22,30 +18,8 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
+	"github.com/nomad-serverless/nomad-serverless/test/testcert"
 )
-
-// testCert is a certificate for names, and a pool that trusts it.
-func testCert(t *testing.T, names ...string) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
-}
 
 // testTLS stands in for package certs: certificates by name, challenges
 // by path.
@@ -88,7 +62,7 @@ type tlsGateway struct {
 func startTLSGateway(t *testing.T, cat *catalog.Catalog, as *fakeAutoscaler) *tlsGateway {
 	t.Helper()
 	names := []string{"hello.default.localhost", "canary-hello.default.localhost", "hello.example.com"}
-	cert, pool := testCert(t, names...)
+	cert, pool := testcert.SelfSigned(t, names...)
 	ft := &testTLS{certs: map[string]*tls.Certificate{}, challenges: map[string]string{}}
 	for _, n := range names {
 		ft.certs[n] = &cert

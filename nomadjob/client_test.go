@@ -2,17 +2,11 @@ package nomadjob
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,6 +19,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
+	"github.com/nomad-serverless/nomad-serverless/test/testcert"
 )
 
 var fixedNow = time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
@@ -692,7 +687,7 @@ func TestTLSErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherCA := filepath.Join(t.TempDir(), "other-ca.pem")
-	if err := os.WriteFile(otherCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: selfSigned(t)}), 0o644); err != nil {
+	if err := os.WriteFile(otherCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: otherCACert(t)}), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -729,20 +724,10 @@ func TestTLSErrors(t *testing.T) {
 	}
 }
 
-// selfSigned is the DER of a throwaway self-signed CA certificate.
-func selfSigned(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another CA"}, IsCA: true, BasicConstraintsValid: true,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
+// otherCACert is the DER of a throwaway self-signed CA certificate.
+func otherCACert(t *testing.T) []byte {
+	c, _ := testcert.SelfSigned(t, "another-ca.test")
+	return c.Certificate[0]
 }
 
 func TestServerErrorIsTransient(t *testing.T) {

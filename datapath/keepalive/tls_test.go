@@ -3,43 +3,24 @@ package keepalive
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/test/testbin"
+	"github.com/nomad-serverless/nomad-serverless/test/testcert"
 )
 
 // startTLSLoop serves h over TLS on 127.0.0.1: each connection is
 // handshaken, then served by a Server as the gateway's HTTPS port does.
 func startTLSLoop(t *testing.T, h http.Handler) (addr string, client *tls.Config) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "a"}, DNSNames: []string{"a"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	cert, pool := testcert.SelfSigned(t, "a")
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

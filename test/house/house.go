@@ -46,6 +46,7 @@ var Floors = map[string]int{
 	"test/rawhttp":     81, // over testbin
 	"test/rawh2":       80,
 	"test/benchhttp":   80,
+	"test/testcert":    80,
 	"test/fakeagents":  80,
 	"test/fixtures":    81, // over testbin
 	"test/fakecluster": 82,
