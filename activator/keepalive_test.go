@@ -3,11 +3,13 @@ package activator
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,35 +59,65 @@ func (rc *rawClient) do(method, path, body string) (int, string, bool) {
 
 // A keep-alive connection moves into the gateway's loop at its first plain
 // request; a request with a body on it goes, with the rest of the
-// connection, to the fallback net/http server; both answer correctly.
+// connection, to the fallback net/http server; both answer correctly. The
+// same holds on the HTTPS port (HTTP/1.1 over TLS), where every request,
+// whoever serves it, is known to have come over TLS.
 func TestKeepAliveTakeOverAndFallback(t *testing.T) {
 	if !keepalive.Supported {
 		t.Skip("no connection takeover on this platform")
 	}
-	cat := oneRevision(0, time.Minute)
-	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		io.WriteString(w, r.Method+" "+r.URL.Path+" "+string(b))
-	})
-	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
-	tg := startGateway(t, cat, nil, nil)
-	loop := &tg.g.takeOvers[0].loop
+	for _, scheme := range []string{"http", "https"} {
+		t.Run(scheme, func(t *testing.T) {
+			cat := oneRevision(0, time.Minute)
+			sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				proto := "Forwarded without proto=" + scheme
+				if strings.Contains(r.Header.Get("Forwarded"), "proto="+scheme) {
+					proto = "proto=" + scheme
+				}
+				io.WriteString(w, r.Method+" "+r.URL.Path+" "+string(b)+" "+r.Header.Get("X-Forwarded-Proto")+" "+proto)
+			})
+			cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+			var (
+				rc *rawClient
+				g  *Gateway
+			)
+			if scheme == "http" {
+				tg := startGateway(t, cat, nil, nil)
+				rc, g = dialGateway(t, tg), tg.g
+			} else {
+				tg := startTLSGateway(t, cat, nil)
+				g = tg.g
+				c, err := tls.Dial("tcp", tg.tlsAddr, &tls.Config{RootCAs: tg.pool, ServerName: "hello.default.localhost", NextProtos: []string{"http/1.1"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				rc = &rawClient{t: t, c: c, br: bufio.NewReader(c)}
+			}
+			// The server the connection came in on has the last takeOver:
+			// Server's for http, TLSServer's (made after it) for https.
+			g.takeOversMu.Lock()
+			loop := &g.takeOvers[len(g.takeOvers)-1].loop
+			g.takeOversMu.Unlock()
 
-	rc := dialGateway(t, tg)
-	for i, step := range []struct{ method, path, body string }{
-		{"GET", "/one", ""}, {"GET", "/two", ""}, {"POST", "/three", "payload"}, {"GET", "/four", ""},
-	} {
-		code, body, closed := rc.do(step.method, step.path, step.body)
-		if want := step.method + " " + step.path + " " + step.body; code != 200 || body != want || closed {
-			t.Fatalf("%s %s: %d %q close=%v, want 200 %q", step.method, step.path, code, body, closed, want)
-		}
-		// Until the POST the connection is the loop's; from it on,
-		// the fallback server's. The loop forgets a handed-off
-		// connection just after handing it over, so the fallback may
-		// answer first: allow it a moment.
-		want := map[bool]int{true: 1, false: 0}[i < 2]
-		waitFor(t, fmt.Sprintf("%d connections in the loop after %s %s", want, step.method, step.path),
-			func() bool { return loop.Conns() == want })
+			for i, step := range []struct{ method, path, body string }{
+				{"GET", "/one", ""}, {"GET", "/two", ""}, {"POST", "/three", "payload"}, {"GET", "/four", ""},
+			} {
+				code, body, closed := rc.do(step.method, step.path, step.body)
+				if want := step.method + " " + step.path + " " + step.body + " " + scheme + " proto=" + scheme; code != 200 || body != want || closed {
+					t.Fatalf("%s %s: %d %q close=%v, want 200 %q", step.method, step.path, code, body, closed, want)
+				}
+				// Until the POST the connection is the loop's; from it
+				// on, the fallback server's. The loop forgets a
+				// handed-off connection just after handing it over, so
+				// the fallback may answer first: allow it a moment.
+				want := map[bool]int{true: 1, false: 0}[i < 2]
+				waitFor(t, fmt.Sprintf("%d connections in the loop after %s %s", want, step.method, step.path),
+					func() bool { return loop.Conns() == want })
+			}
+		})
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
-	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/test/testcert"
 )
 
@@ -346,46 +344,3 @@ func TestPlainPortRedirectsAndChallenges(t *testing.T) {
 }
 
 func itoa(n int) string { return big.NewInt(int64(n)).String() }
-
-// An HTTPS keep-alive connection moves into the gateway's loop at its
-// first plain HTTP/1.1 request, as on the plain port; a request with a
-// body hands it to the fallback server. Every request, whoever serves it,
-// is known to have come over TLS.
-func TestHTTPSKeepAliveTakeOverAndFallback(t *testing.T) {
-	if !keepalive.Supported {
-		t.Skip("no connection takeover on this platform")
-	}
-	cat := oneRevision(0, time.Minute)
-	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		proto := "no proto=https"
-		if strings.Contains(r.Header.Get("Forwarded"), "proto=https") {
-			proto = "proto=https"
-		}
-		io.WriteString(w, r.Method+" "+r.URL.Path+" "+string(b)+" "+r.Header.Get("X-Forwarded-Proto")+" "+proto)
-	})
-	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
-	tg := startTLSGateway(t, cat, nil)
-	tg.g.takeOversMu.Lock()
-	loop := &tg.g.takeOvers[len(tg.g.takeOvers)-1].loop // TLSServer's
-	tg.g.takeOversMu.Unlock()
-
-	c, err := tls.Dial("tcp", tg.tlsAddr, &tls.Config{RootCAs: tg.pool, ServerName: "hello.default.localhost", NextProtos: []string{"http/1.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	rc := &rawClient{t: t, c: c, br: bufio.NewReader(c)}
-	for i, step := range []struct{ method, path, body string }{
-		{"GET", "/one", ""}, {"GET", "/two", ""}, {"POST", "/three", "payload"}, {"GET", "/four", ""},
-	} {
-		code, body, closed := rc.do(step.method, step.path, step.body)
-		if want := step.method + " " + step.path + " " + step.body + " https proto=https"; code != 200 || body != want || closed {
-			t.Fatalf("%s %s: %d %q close=%v, want 200 %q", step.method, step.path, code, body, closed, want)
-		}
-		want := map[bool]int{true: 1, false: 0}[i < 2]
-		waitFor(t, fmt.Sprintf("%d connections in the HTTPS loop after %s %s", want, step.method, step.path),
-			func() bool { return loop.Conns() == want })
-	}
-}
