@@ -58,7 +58,8 @@ func startTLSLoop(t *testing.T, h http.Handler) (addr string, client *tls.Config
 // A TLS client's bytes wait on the socket as records, and a departing
 // client's close_notify is one: the loop still notices it leave, whether
 // the FIN comes with the alert (Close) or after it (CloseWrite, then
-// Close), and a client that waits is not taken for gone.
+// Close), and a client that waits, a pipelined request's record unread
+// meanwhile, is not taken for gone.
 func TestClientGoneTLS(t *testing.T) {
 	for _, leave := range []string{"close", "close_notify then FIN"} {
 		for _, how := range []string{"Err", "Done"} {
@@ -70,6 +71,13 @@ func TestClientGoneTLS(t *testing.T) {
 					started <- struct{}{}
 					ctx := r.Context()
 					if r.URL.Path == "/stay" {
+						if how == "Done" {
+							select {
+							case <-ctx.Done():
+								t.Error("a waiting client was taken for gone")
+							case <-time.After(time.Second):
+							}
+						}
 						for time.Since(start) < time.Second {
 							if ctx.Err() != nil {
 								t.Error("a waiting client was taken for gone")
@@ -109,14 +117,21 @@ func TestClientGoneTLS(t *testing.T) {
 				defer c.Close()
 				_ = c.SetDeadline(time.Now().Add(testbin.Bound(20 * time.Second)))
 				br := bufio.NewReader(c)
+				// The second request is written while the first waits:
+				// its record waits unread on the socket, as a
+				// close_notify would, and must not be taken for one.
 				io.WriteString(c, "GET /stay HTTP/1.1\r\nHost: a\r\n\r\n")
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				if string(b) != "stayed" {
-					t.Fatalf("got %q", b)
+				<-started
+				io.WriteString(c, "GET /stay HTTP/1.1\r\nHost: a\r\n\r\n")
+				for i := range 2 {
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, _ := io.ReadAll(resp.Body)
+					if string(b) != "stayed" {
+						t.Fatalf("request %d: got %q", i+1, b)
+					}
 				}
 				<-started
 				io.WriteString(c, "GET /leave HTTP/1.1\r\nHost: a\r\n\r\n")
