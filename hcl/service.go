@@ -16,7 +16,7 @@ var (
 	serviceAttrs = []string{
 		"namespace", "region", "datacenters", "node_pool", "image",
 		"concurrency", "timeout", "response_start_timeout", "idle_timeout",
-		"tags", "domains",
+		"tags", "domains", "visibility",
 		// With image: what a docker task's users set first.
 		"port", "protocol", "args",
 	}
@@ -122,6 +122,9 @@ func (d *decoder) decodeService(b *hcl2.Block) spec.Service {
 		t.Meta = v
 	}
 	d.setStrList(&svc.Domains, a["domains"], "domains")
+	if v, ok := d.str(a["visibility"], "visibility"); ok {
+		svc.Visibility = spec.Visibility(v)
+	}
 
 	for i, cb := range c.Blocks.OfType("constraint") {
 		t.Constraints = append(t.Constraints, d.decodeConstraint(cb, fmt.Sprintf("constraint[%d]", i)))
@@ -426,6 +429,13 @@ func (d *decoder) decodeScaling(b *hcl2.Block, s *spec.Scaling) {
 	if v, ok := d.str(a["metric"], "scaling.metric"); ok {
 		s.Metric = spec.Metric(v)
 		metricSet = true
+		// CPU and memory scaling has a floor of one instance (there is
+		// nothing to measure at zero): a min the file leaves out is 1, as
+		// in Knative's HPA class; a min of 0 written out is refused by
+		// validation, located at it.
+		if s.Metric.Resource() && a["min"] == nil {
+			s.Min = max(s.Min, spec.MinResourceScale)
+		}
 	}
 	// A target the file leaves out, or sets to null, follows the metric;
 	// one that failed to decode stays as it is (its error is reported).

@@ -29,7 +29,8 @@ func NewService(name string) Service {
 			Timeout: DefaultTimeout,
 			Network: Network{Mode: NetworkHost},
 		},
-		Scaling: DefaultScaling(),
+		Scaling:    DefaultScaling(),
+		Visibility: VisibilityPublic,
 	}
 }
 

@@ -10,7 +10,23 @@ const (
 	MetricConcurrency Metric = "concurrency"
 	// MetricRPS is requests per second per instance.
 	MetricRPS Metric = "rps"
+	// MetricCPU is the serving task's CPU use as a percentage of its
+	// reserved CPU, from Nomad's allocation stats (Knative's HPA class).
+	MetricCPU Metric = "cpu"
+	// MetricMemory is the serving task's memory use as a percentage of
+	// its reserved memory, likewise.
+	MetricMemory Metric = "memory"
 )
+
+// Resource reports whether m is measured from Nomad's resource usage of
+// the serving task rather than from requests. Such a revision cannot wake
+// from zero on a request, so its floor is 1 (MinResourceScale).
+func (m Metric) Resource() bool { return m == MetricCPU || m == MetricMemory }
+
+// MinResourceScale is the least min of a service scaled on CPU or memory,
+// as Knative's HPA class has it: with no instance there is nothing to
+// measure.
+const MinResourceScale = 1
 
 // Unlimited in Scaling.BurstCapacity keeps the activator in the path always.
 const Unlimited = -1
@@ -55,8 +71,11 @@ type Scaling struct {
 
 // DefaultTarget returns Knative's default target for a metric.
 func DefaultTarget(m Metric) float64 {
-	if m == MetricRPS {
+	switch m {
+	case MetricRPS:
 		return 200
+	case MetricCPU, MetricMemory:
+		return 80 // percent of the reservation
 	}
 	return 100
 }

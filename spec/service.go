@@ -23,7 +23,25 @@ type Service struct {
 	Domains []string `json:"domains,omitempty"`
 	// HTTPS is how the gateway treats the service's plain HTTP requests.
 	HTTPS HTTPS `json:"https,omitzero"`
+	// Visibility is who may reach the service through the gateway:
+	// VisibilityPublic (also "", as written before the setting existed)
+	// on its public ports, VisibilityInternal only on its internal
+	// listener (Knative's cluster-local). It is a route setting, not part
+	// of the template.
+	Visibility Visibility `json:"visibility,omitempty"`
 }
+
+// Visibility says on which of the gateway's listeners a service is served.
+type Visibility string
+
+const (
+	VisibilityPublic   Visibility = "public"
+	VisibilityInternal Visibility = "internal"
+)
+
+// Internal reports whether the service is served only on the gateway's
+// internal listener.
+func (s *Service) Internal() bool { return s.Visibility == VisibilityInternal }
 
 // HTTPS is a service's `https {}` block.
 type HTTPS struct {
@@ -62,6 +80,15 @@ type Template struct {
 	// catalog-driven ingresses such as Traefik or Fabio.
 	Tags []string          `json:"tags,omitempty"`
 	Meta map[string]string `json:"meta,omitempty"`
+
+	// SideTasks run beside the serving task (spec/tasks.go); Volumes
+	// are the group's volume requests, mounted by name in tasks;
+	// EphemeralDisk is the group's scratch disk (Nomad's default when
+	// nil). All are omitted when empty so templates written before they
+	// existed keep their hash.
+	SideTasks     []SideTask     `json:"side_tasks,omitempty"`
+	Volumes       []Volume       `json:"volumes,omitempty"`
+	EphemeralDisk *EphemeralDisk `json:"ephemeral_disk,omitempty"`
 }
 
 // Constraint is a Nomad placement constraint, passed through as written.
@@ -91,6 +118,8 @@ type Task struct {
 	User      string         `json:"user,omitempty"`
 	// KillTimeout is how long Nomad waits after SIGTERM before SIGKILL.
 	KillTimeout time.Duration `json:"kill_timeout"`
+	// VolumeMounts mount the template's Volumes into the serving task.
+	VolumeMounts []VolumeMount `json:"volume_mounts,omitempty"`
 }
 
 // Resources are the Nomad resources of the user task, in MHz and MiB.

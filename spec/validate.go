@@ -78,6 +78,12 @@ func (s *Service) Validate() []Problem {
 	ps = append(ps, s.Template.validate()...)
 	ps = append(ps, s.Scaling.validate()...)
 	ps = append(ps, validateTraffic(s.Name, s.Traffic)...)
+	switch s.Visibility {
+	case "", VisibilityPublic, VisibilityInternal:
+	default:
+		add("visibility", fmt.Sprintf("visibility %q is not one the gateway knows.", s.Visibility),
+			fmt.Sprintf("Use %q (served on the gateway's public ports, the default) or %q (served only on its internal listener, -internal-port, and through the mesh).", VisibilityPublic, VisibilityInternal))
+	}
 	for i, d := range s.Domains {
 		if !hostName.MatchString(d) {
 			add(fmt.Sprintf("domains[%d]", i), fmt.Sprintf("domain %q is not a host name.", d),
@@ -301,12 +307,20 @@ func (s *Scaling) validate() []Problem {
 		add("initial", fmt.Sprintf("initial %d is greater than max %d.", s.Initial, s.Max), "Lower initial or raise max.")
 	}
 	switch s.Metric {
-	case MetricConcurrency, MetricRPS:
+	case MetricConcurrency, MetricRPS, MetricCPU, MetricMemory:
 	default:
-		add("metric", fmt.Sprintf("metric %q is not supported.", s.Metric), "Use \"concurrency\" or \"rps\".")
+		add("metric", fmt.Sprintf("metric %q is not supported.", s.Metric), "Use \"concurrency\", \"rps\", \"cpu\" or \"memory\".")
 	}
-	if s.Target <= 0 {
+	switch {
+	case s.Metric.Resource() && (s.Target <= 0 || s.Target > 100):
+		add("target", fmt.Sprintf("target is %g with metric %q.", s.Target, s.Metric),
+			fmt.Sprintf("Use a percentage of the serving task's reserved %s above 0 and at most 100, such as 70.", s.Metric))
+	case s.Target <= 0:
 		add("target", fmt.Sprintf("target is %g.", s.Target), "Use a positive number of concurrent requests (or requests per second) per instance.")
+	}
+	if s.Metric.Resource() && s.Min < MinResourceScale {
+		add("min", fmt.Sprintf("min is %d, and a service scaled on %s cannot scale to zero.", s.Min, s.Metric),
+			fmt.Sprintf("Set min = %d or more (the floor for cpu and memory, as in Knative's HPA class: at zero there is no %s to measure and no request wakes it), or scale on metric = \"concurrency\" to keep scale to zero.", MinResourceScale, s.Metric))
 	}
 	if s.Utilization <= 0 || s.Utilization > 100 {
 		add("utilization", fmt.Sprintf("utilization is %g.", s.Utilization), "Use a percentage above 0 and at most 100.")
