@@ -90,6 +90,8 @@ type wake struct {
 type AllocationTimes struct {
 	Revision, ID, EvalID                         string
 	Placed, Received, SidecarStarted, AppStarted time.Time
+	// InitDone is when the app's init steps finished (zero: it has none).
+	InitDone time.Time
 }
 
 // The defaults of the tracker's bounds.
@@ -222,6 +224,7 @@ func (t *wakeTracker) allocation(a AllocationTimes) {
 		at.set(spec.WakeReceived, a.Received)
 		at.set(spec.WakeSidecarTask, a.SidecarStarted)
 		at.set(spec.WakeAppTask, a.AppStarted)
+		at.set(spec.WakeInitDone, a.InitDone)
 		finished = t.checkLocked(st)
 	}
 	t.mu.Unlock()

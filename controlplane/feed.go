@@ -204,7 +204,7 @@ func noteWake(cat *catalog.Catalog, wakes wakeNotes, ev nomadjob.Event) {
 	case nomadjob.EventAllocationUpdated:
 		if a := ev.Allocation; !a.Stopped && a.HTTPPort != 0 {
 			wakes.NoteAllocation(activator.AllocationTimes{Revision: a.Revision, ID: a.ID, EvalID: a.EvalID,
-				Placed: a.Created, Received: a.Received, SidecarStarted: a.SidecarStarted, AppStarted: a.AppStarted})
+				Placed: a.Created, Received: a.Received, SidecarStarted: a.SidecarStarted, AppStarted: a.AppStarted, InitDone: a.InitDone})
 		}
 	}
 }

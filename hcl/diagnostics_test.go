@@ -212,7 +212,7 @@ func TestLanguageErrors(t *testing.T) {
 		{name: "unknown top-level block", src: "»servce \"hello\" {\n}\n", summary: "Unsupported block type", detail: `Did you mean "service"?`},
 		{name: "block written as attribute", src: "service \"hello\" {\n  task {\n    driver = \"docker\"\n    »config = { image = \"x\" }\n  }\n}\n", summary: "Unsupported argument", detail: `block of type "config"`},
 		{name: "missing driver", src: "service \"hello\" {\n  task »{\n    config {\n      image = \"x\"\n    }\n  }\n}\n", summary: "Missing required argument", detail: `"driver"`},
-		{name: "task label", src: "service \"hello\" {\n  task »\"web\" {\n    driver = \"docker\"\n  }\n}\n", summary: "Extraneous label for task"},
+		{name: "task label", src: "service \"hello\" {\n  task »\"web\" {\n    driver = \"docker\"\n  }\n}\n", summary: "the service has no serving task, only named ones"},
 		{name: "service without label", src: "service »{\n  image = \"x\"\n}\n", summary: "Missing name for service"},
 		{name: "duplicate task", src: "service \"hello\" {\n  task {\n    driver = \"exec\"\n  }\n  »task {\n    driver = \"exec\"\n  }\n}\n", summary: "Duplicate task block", detail: "line 2"},
 		{name: "duplicate scaling", src: docker("  scaling {\n    min = 1\n  }\n  »scaling {\n    max = 1\n  }"), summary: "Duplicate scaling block"},

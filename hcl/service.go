@@ -20,7 +20,8 @@ var (
 		// With image: what a docker task's users set first.
 		"port", "protocol", "args",
 	}
-	serviceBlocks = []string{"constraint", "task", "readiness", "liveness", "scaling", "traffic", "network", "connect", "resources", "https"}
+	serviceBlocks = []string{"constraint", "task", "readiness", "liveness", "scaling", "traffic", "network", "connect", "resources", "https",
+		"ephemeral_disk", "volume_mount"}
 	// imageShorthand are the task settings the image shorthand takes at the
 	// service level, with where each goes in the long form.
 	imageShorthand = []struct{ name, longForm string }{
@@ -29,10 +30,16 @@ var (
 		{"env", "task { env = { KEY = \"value\" } }"},
 		{"resources", "task { resources { cpu = 100 memory = 128 } }"},
 		{"args", "task { config { args = [\"--flag\"] } }"},
+		{"volume_mount", "task { volume_mount { volume = \"data\" destination = \"/data\" } }"},
 	}
 
-	taskAttrs  = []string{"port", "protocol", "user", "kill_timeout"}
-	taskBlocks = []string{"config", "resources", "artifact", "template"}
+	// taskAttrs and taskBlocks are what every task takes (the serving
+	// task and the named ones beside it); servingAttrs only the serving
+	// task, sideBlocks only the others.
+	taskAttrs    = []string{"user", "kill_timeout"}
+	taskBlocks   = []string{"config", "resources", "artifact", "template", "volume_mount"}
+	servingAttrs = []string{"port", "protocol"}
+	sideBlocks   = []string{"lifecycle"}
 
 	probeAttrs = []string{"initial_delay", "period", "timeout", "success_threshold", "failure_threshold", "port"}
 	probeTypes = []string{"http", "tcp", "grpc", "exec"}
@@ -105,7 +112,13 @@ func (d *decoder) decodeService(b *hcl2.Block) spec.Service {
 	svc := spec.NewService(b.Labels[0])
 	d.ranges[""] = b.DefRange
 	d.ranges["name"] = b.LabelRanges[0]
-	c := d.content(b.Body, schema(b.Body, serviceAttrs, serviceBlocks, []string{"meta", "env"}), "")
+	// Named tasks (task "migrate" {}) sit beside the serving task (task
+	// {}) under the same block type, which one schema cannot say: they are
+	// taken out of the body first and decoded on their own.
+	body, named := splitNamedTasks(b.Body)
+	s := schema(body, serviceAttrs, serviceBlocks, []string{"meta", "env"})
+	s.Blocks = append(s.Blocks, hcl2.BlockHeaderSchema{Type: "volume", LabelNames: []string{"name"}})
+	c := d.content(body, s, "")
 	a := c.Attributes
 	t := &svc.Template
 
@@ -145,7 +158,12 @@ func (d *decoder) decodeService(b *hcl2.Block) spec.Service {
 	}
 	d.decodeImageShorthand(c, task, &t.Task)
 	if task != nil {
-		d.decodeTask(task, &t.Task)
+		d.decodeServingTask(task, &t.Task)
+	}
+	d.decodeSideTasks(named, task != nil || a["image"] != nil, t)
+	d.decodeVolumes(c.Blocks.OfType("volume"), t)
+	if eb := d.single(c.Blocks, "ephemeral_disk", "A service"); eb != nil {
+		t.EphemeralDisk = d.decodeEphemeralDisk(eb)
 	}
 
 	if rb := d.single(c.Blocks, "readiness", "A service"); rb != nil {
@@ -215,7 +233,11 @@ func (d *decoder) decodeImageShorthand(c *hcl2.BodyContent, task *hcl2.Block, t 
 			}
 		case "resources":
 			if rb := d.single(c.Blocks, "resources", "A service"); rb != nil {
-				d.decodeResources(rb, &t.Resources)
+				d.decodeResources(rb, &t.Resources, "task.resources")
+			}
+		case "volume_mount":
+			for i, mb := range c.Blocks.OfType("volume_mount") {
+				t.VolumeMounts = append(t.VolumeMounts, d.decodeVolumeMount(mb, fmt.Sprintf("task.volume_mount[%d]", i)))
 			}
 		case "args":
 			if v, ok := d.strList(c.Attributes["args"], "task.config.args"); ok && t.Config != nil {
@@ -238,11 +260,11 @@ func (d *decoder) setProtocol(dst *string, a *hcl2.Attribute) {
 	}
 }
 
-func (d *decoder) decodeResources(rb *hcl2.Block, r *spec.Resources) {
-	d.ranges["task.resources"] = rb.DefRange
-	rc := d.content(rb.Body, schema(rb.Body, []string{"cpu", "memory"}, nil, nil), "task.resources")
-	d.setInt(&r.CPU, rc.Attributes["cpu"], "task.resources.cpu")
-	d.setInt(&r.MemoryMB, rc.Attributes["memory"], "task.resources.memory")
+func (d *decoder) decodeResources(rb *hcl2.Block, r *spec.Resources, path string) {
+	d.ranges[path] = rb.DefRange
+	rc := d.content(rb.Body, schema(rb.Body, []string{"cpu", "memory"}, nil, nil), path)
+	d.setInt(&r.CPU, rc.Attributes["cpu"], path+".cpu")
+	d.setInt(&r.MemoryMB, rc.Attributes["memory"], path+".memory")
 }
 
 func (d *decoder) decodeConstraint(b *hcl2.Block, path string) spec.Constraint {
@@ -253,53 +275,6 @@ func (d *decoder) decodeConstraint(b *hcl2.Block, path string) spec.Constraint {
 	d.setStr(&con.Operator, c.Attributes["operator"], path+".operator")
 	d.setStr(&con.Value, c.Attributes["value"], path+".value")
 	return con
-}
-
-func (d *decoder) decodeTask(b *hcl2.Block, task *spec.Task) {
-	d.ranges["task"] = b.DefRange
-	c := d.content(b.Body, schema(b.Body, append([]string{"driver"}, taskAttrs...), taskBlocks, []string{"env"}, "driver"), "task")
-	a := c.Attributes
-	d.setStr(&task.Driver, a["driver"], "task.driver")
-	if cb := d.single(c.Blocks, "config", "A task"); cb != nil {
-		d.ranges["task.config"] = cb.DefRange
-		task.Config = d.configBody(cb.Body, "task.config")
-	} else {
-		// Point problems about a missing config at the driver line.
-		d.ranges["task.config"] = d.rangeOr("task.driver", b.DefRange)
-	}
-	if v, ok := d.stringMap(c, "env", "task.env", "A task"); ok {
-		task.Env = v
-	}
-	if rb := d.single(c.Blocks, "resources", "A task"); rb != nil {
-		d.decodeResources(rb, &task.Resources)
-	}
-	d.setInt(&task.Port, a["port"], "task.port")
-	d.setProtocol(&task.Protocol, a["protocol"])
-	d.setStr(&task.User, a["user"], "task.user")
-	d.setDuration(&task.KillTimeout, a["kill_timeout"], "task.kill_timeout")
-	for i, ab := range c.Blocks.OfType("artifact") {
-		p := fmt.Sprintf("task.artifact[%d]", i)
-		d.ranges[p] = ab.DefRange
-		ac := d.content(ab.Body, schema(ab.Body, []string{"source", "destination", "mode", "options"}, nil, nil), p)
-		var art spec.Artifact
-		d.setStr(&art.Source, ac.Attributes["source"], p+".source")
-		d.setStr(&art.Destination, ac.Attributes["destination"], p+".destination")
-		d.setStr(&art.Mode, ac.Attributes["mode"], p+".mode")
-		d.setStrMap(&art.Options, ac.Attributes["options"], p+".options")
-		task.Artifacts = append(task.Artifacts, art)
-	}
-	for i, tb := range c.Blocks.OfType("template") {
-		p := fmt.Sprintf("task.template[%d]", i)
-		d.ranges[p] = tb.DefRange
-		tc := d.content(tb.Body, schema(tb.Body, []string{"data", "source", "destination", "change_mode", "env"}, nil, nil), p)
-		var tp spec.TaskTemplate
-		d.setStr(&tp.Data, tc.Attributes["data"], p+".data")
-		d.setStr(&tp.Source, tc.Attributes["source"], p+".source")
-		d.setStr(&tp.Destination, tc.Attributes["destination"], p+".destination")
-		d.setStr(&tp.ChangeMode, tc.Attributes["change_mode"], p+".change_mode")
-		d.setBool(&tp.Env, tc.Attributes["env"], p+".env")
-		task.Templates = append(task.Templates, tp)
-	}
 }
 
 // configBody converts a driver's config block, whose schema only the driver

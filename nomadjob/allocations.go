@@ -38,6 +38,10 @@ type Allocation struct {
 	// Nomad's task events ("" when nothing failed): what deploy prints
 	// when a revision does not become ready.
 	Failure string `json:"failure,omitempty"`
+	// FailedTask is the task whose failure the others followed (an init
+	// step that exited non-zero, say), "" when none failed: whose log
+	// deploy shows.
+	FailedTask string `json:"failed_task,omitempty"`
 }
 
 // Stopped reports whether the allocation is gone or on its way out.
@@ -83,8 +87,9 @@ func (c *Client) Allocations(ctx context.Context, revision string) ([]Allocation
 		a := Allocation{
 			ID: s.ID, Name: s.Name, Revision: s.JobID, NodeName: s.NodeName,
 			ClientStatus: s.ClientStatus, DesiredStatus: s.DesiredStatus,
-			Created: time.Unix(0, s.CreateTime).UTC(),
-			Failure: FailureSummary(s.ClientStatus, s.ClientDescription, s.TaskStates),
+			Created:    time.Unix(0, s.CreateTime).UTC(),
+			Failure:    FailureSummary(s.ClientStatus, s.ClientDescription, s.TaskStates),
+			FailedTask: FailedTask(s.TaskStates),
 		}
 		a.Running = allocRunning(a.ClientStatus, a.DesiredStatus)
 		for _, ts := range s.TaskStates {
@@ -180,6 +185,32 @@ func FailureSummary(clientStatus, clientDescription string, states map[string]*a
 		parts = append(parts, "allocation lost: its node stopped answering")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// FailedTask names the task whose failure failed the allocation: the first
+// (user task first, then the queue-proxy, then by name) that failed or is
+// crash looping for a cause of its own, not because a sibling failed; ""
+// when none did.
+func FailedTask(states map[string]*api.TaskState) string {
+	for _, name := range taskOrder(states) {
+		ts := states[name]
+		if taskFailure(ts) == "" || siblingFailed(ts) {
+			continue
+		}
+		return name
+	}
+	return ""
+}
+
+// siblingFailed reports whether Nomad stopped the task because another
+// failed.
+func siblingFailed(ts *api.TaskState) bool {
+	for _, e := range ts.Events {
+		if e != nil && e.Type == api.TaskSiblingFailed {
+			return true
+		}
+	}
+	return false
 }
 
 // taskOrder puts the user task first, then the sidecar, then the rest.

@@ -168,7 +168,11 @@ func group(rev spec.Revision, o Options) (*api.TaskGroup, error) {
 			MaxDelay:      new(rescheduleMaxDelay),
 			Unlimited:     new(rescheduleUnlimited),
 		},
-		Tasks: []*api.Task{userTask(rev), sidecarTask(rev, o)},
+		Tasks:   append([]*api.Task{userTask(rev), sidecarTask(rev, o)}, sideTasks(rev)...),
+		Volumes: volumes(t.Volumes),
+	}
+	if d := t.EphemeralDisk; d != nil {
+		g.EphemeralDisk = &api.EphemeralDisk{SizeMB: new(d.SizeMB), Sticky: new(d.Sticky), Migrate: new(d.Migrate)}
 	}
 	if o.ShutdownDelay > 0 {
 		g.ShutdownDelay = new(o.ShutdownDelay)
@@ -325,8 +329,21 @@ func userTask(rev spec.Revision) *api.Task {
 			MemoryMB: new(t.Task.Resources.MemoryMB),
 		},
 		KillTimeout: new(t.Task.KillTimeout),
+		// The leader is stopped first when the instance stops, before
+		// the queue-proxy (a main task beside it, see sidecarHook), as
+		// Nomad stops main tasks before sidecars: the proxy outlives the
+		// app it drains. It also ends the instance when the app ends for
+		// good, as it did when the app was the only main task.
+		Leader:       true,
+		VolumeMounts: volumeMounts(t.Task.VolumeMounts),
 	}
-	for _, a := range t.Task.Artifacts {
+	addFiles(task, t.Task.Artifacts, t.Task.Templates)
+	return task
+}
+
+// addFiles adds a task's artifacts and templates.
+func addFiles(task *api.Task, artifacts []spec.Artifact, templates []spec.TaskTemplate) {
+	for _, a := range artifacts {
 		art := &api.TaskArtifact{GetterSource: new(a.Source), GetterOptions: maps.Clone(a.Options)}
 		if a.Destination != "" {
 			art.RelativeDest = new(a.Destination)
@@ -336,7 +353,7 @@ func userTask(rev spec.Revision) *api.Task {
 		}
 		task.Artifacts = append(task.Artifacts, art)
 	}
-	for _, tp := range t.Task.Templates {
+	for _, tp := range templates {
 		tmpl := &api.Template{DestPath: new(tp.Destination)}
 		if tp.Data != "" {
 			tmpl.EmbeddedTmpl = new(tp.Data)
@@ -352,19 +369,25 @@ func userTask(rev spec.Revision) *api.Task {
 		}
 		task.Templates = append(task.Templates, tmpl)
 	}
-	return task
 }
 
 // driverConfig is the user's driver config, copied; a container in host
 // networking gets its app port published (see publishesAppPort). In bridge
 // mode Nomad joins the containers to the allocation's namespace itself.
 func driverConfig(t spec.Template) map[string]any {
-	cfg := cloneValue(t.Task.Config).(map[string]any)
-	if cfg == nil {
-		cfg = map[string]any{}
-	}
+	cfg := cloneConfig(t.Task.Config)
 	if publishesAppPort(t) {
 		cfg["ports"] = []string{spec.PortApp}
+	}
+	return cfg
+}
+
+// cloneConfig copies a driver config; nil stays an empty config, which
+// Nomad requires.
+func cloneConfig(c map[string]any) map[string]any {
+	cfg := cloneValue(c).(map[string]any)
+	if cfg == nil {
+		cfg = map[string]any{}
 	}
 	return cfg
 }
@@ -399,28 +422,37 @@ func cloneValue(v any) any {
 	}
 }
 
-// sidecarHook is when the sidecar starts: before the user task
-// (prestart), except beside a container whose app port is published
-// (publishesAppPort), where it starts once the container runs (poststart).
-// Either way it runs beside the app, and on stop Nomad kills main tasks
-// first and sidecar tasks (prestart or poststart) last, so the proxy
-// outlives the app it drains.
+// sidecarLifecycle is when the queue-proxy starts. Everywhere but beside
+// a published container it is a main task (nil: no hook) that Nomad starts
+// at the same time as the app, as Knative starts queue-proxy and the user
+// container together: a prestart sidecar would cost a wake the time
+// between Nomad starting it and then the app (121 ms, then 103 ms more
+// on a Nomad 2.0.5 dev agent, raw_exec). The app is the group's leader,
+// so on stop Nomad still stops it first and the proxy after it.
 //
-// Why poststart there: the sidecar reaches such an app at the published
-// port, and a connection made there before the container's network is up
-// waits a whole ARP retry (1 s on Linux): the host resolves the
-// container's address on the first packet, no one answers yet, and every
-// packet to that address queues until the retry. A prestart sidecar's
-// first readiness probes fall in that window on every cold start (median
-// first byte of a wake 1.34 s on a Nomad 1.6 dev agent with dockerd 20.10,
-// e2e scenario 18; 0.75 s poststart). In bridge mode the sidecar reaches
-// the app on the allocation's loopback, and exec and raw_exec apps on the
-// node's, so they keep prestart.
-func sidecarHook(t spec.Template) string {
+// Beside a container whose app port is published (publishesAppPort) it
+// is a poststart sidecar, started once the container runs. The sidecar
+// reaches such an app at the published port, and a connection made there
+// before the container's network is up waits a whole ARP retry (1 s on
+// Linux): the host resolves the container's address on the first packet,
+// no one answers yet, and every packet to that address queues until the
+// retry. A sidecar started with the container has its first readiness
+// probes in that window on every cold start (median first byte of a wake
+// 1.34 s on a Nomad 1.6 dev agent with dockerd 20.10, e2e scenario 18;
+// 0.75 s poststart). In bridge mode the sidecar reaches the app on the
+// allocation's loopback, and exec and raw_exec apps on the node's.
+//
+// The order of a group's tasks, which Nomad runs hook by hook: the
+// user's prestart tasks (init steps run to completion, sidecars keep
+// running), then the main tasks together (the app, the queue-proxy and
+// named tasks without a hook), then the poststart tasks (the queue-proxy
+// here beside a published container); on stop the leader (the app), the
+// other main tasks, the sidecars, and last the poststop tasks.
+func sidecarLifecycle(t spec.Template) *api.TaskLifecycle {
 	if publishesAppPort(t) {
-		return api.TaskLifecycleHookPoststart
+		return &api.TaskLifecycle{Hook: api.TaskLifecycleHookPoststart, Sidecar: true}
 	}
-	return api.TaskLifecycleHookPrestart
+	return nil
 }
 
 // SidecarProcs is the GOMAXPROCS a sidecar reserving cpuMHz runs with: one
@@ -451,7 +483,7 @@ func sidecarTask(rev spec.Revision, o Options) *api.Task {
 	env["GOMAXPROCS"] = strconv.Itoa(SidecarProcs(s.CPU))
 	task := &api.Task{
 		Name:      spec.SidecarTaskName,
-		Lifecycle: &api.TaskLifecycle{Hook: sidecarHook(t), Sidecar: true},
+		Lifecycle: sidecarLifecycle(t),
 		Env:       env,
 		Resources: &api.Resources{CPU: new(s.CPU), MemoryMB: new(s.MemoryMB)},
 		// The sidecar drains within the user's kill_timeout

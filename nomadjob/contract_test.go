@@ -116,16 +116,23 @@ func TestContractGroupTasksLifecycle(t *testing.T) {
 	if user.Lifecycle != nil {
 		t.Errorf("user task has a lifecycle %+v; it is the main task", user.Lifecycle)
 	}
+	if !user.Leader {
+		t.Errorf("user task leader = %v, want true: it stops first, before the queue-proxy", user.Leader)
+	}
 	// Beside a container whose app port is published (docker, host
 	// networking) the sidecar starts once the container runs: see
-	// sidecarHook. Everywhere else it starts first.
+	// sidecarLifecycle. Everywhere else it is a main task, started with
+	// the app.
 	if proxy.Lifecycle == nil || proxy.Lifecycle.Hook != "poststart" || !proxy.Lifecycle.Sidecar {
 		t.Errorf("queue-proxy lifecycle beside a published container = %+v, want poststart sidecar", proxy.Lifecycle)
 	}
 	for name, svc := range map[string]spec.Service{"raw_exec": rawExecBinary(), "bridge": bridgeConnect()} {
 		_, other := mustCompile(t, svc, 1, testOptions())
-		if lc := taskByName(t, other.TaskGroups[0], spec.SidecarTaskName).Lifecycle; lc == nil || lc.Hook != "prestart" || !lc.Sidecar {
-			t.Errorf("queue-proxy lifecycle beside a %s app = %+v, want prestart sidecar", name, lc)
+		if lc := taskByName(t, other.TaskGroups[0], spec.SidecarTaskName).Lifecycle; lc != nil {
+			t.Errorf("queue-proxy lifecycle beside a %s app = %+v, want none (a main task, started with the app)", name, lc)
+		}
+		if !taskByName(t, other.TaskGroups[0], spec.UserTaskName).Leader {
+			t.Errorf("user task beside a %s app is not the leader", name)
 		}
 	}
 	if *proxy.KillTimeout != *user.KillTimeout {
@@ -660,9 +667,12 @@ func TestShapeMatchesRecordedRegister(t *testing.T) {
 	if c.Name != rc.Name || c.Type != rc.Type || c.Path != rc.Path || c.PortLabel != rc.PortLabel || c.Interval != rc.Interval || !reflect.DeepEqual(c.Header, rc.Header) {
 		t.Errorf("check %+v, recorded %+v", c, rc)
 	}
+	// The queue-proxy was a prestart sidecar when this was recorded; it
+	// is a main task now, started with the app (sidecarLifecycle), which
+	// e2e checks on the real agents.
 	for i, task := range g.Tasks {
 		rt := rg.Tasks[i]
-		if task.Name != rt.Name || !reflect.DeepEqual(task.Lifecycle, rt.Lifecycle) {
+		if task.Name != rt.Name || task.Name == spec.UserTaskName && !reflect.DeepEqual(task.Lifecycle, rt.Lifecycle) {
 			t.Errorf("task %d: %s %+v, recorded %s %+v", i, task.Name, task.Lifecycle, rt.Name, rt.Lifecycle)
 		}
 	}

@@ -88,6 +88,10 @@ type AllocationEvent struct {
 	Received       time.Time `json:"received,omitzero"`
 	SidecarStarted time.Time `json:"sidecar_started,omitzero"`
 	AppStarted     time.Time `json:"app_started,omitzero"`
+	// InitDone is when the last of the app's init steps exited, once
+	// the app started: the latest successful exit of a task of the
+	// user's before the app's start (zero: none, or not yet known).
+	InitDone time.Time `json:"init_done,omitzero"`
 }
 
 // Starting reports whether the allocation is placed and meant to run but
@@ -306,7 +310,37 @@ func (f *eventFilter) allocation(c *Client, e api.Event) (Event, bool) {
 			}
 		}
 	}
+	ae.InitDone = initDone(a.TaskStates, ae.AppStarted)
+
 	return Event{Kind: EventAllocationUpdated, Index: e.Index, Allocation: ae}, true
+}
+
+// initDone is when the app's init steps were done: the latest successful
+// exit, before the app started, of a task other than the app and the
+// queue-proxy. Allocation events carry no job, so the tasks' hooks are
+// not known here; a task that ran to completion before the app started
+// can only be a prestart task. Zero until the app started, so a batch
+// of events that holds only the first of several init steps' exits is
+// never taken for all of them.
+func initDone(states map[string]*api.TaskState, appStarted time.Time) time.Time {
+	var done time.Time
+	if appStarted.IsZero() {
+		return done
+	}
+	for name, ts := range states {
+		if ts == nil || name == spec.UserTaskName || name == spec.SidecarTaskName {
+			continue
+		}
+		for _, te := range ts.Events {
+			if te == nil || te.Type != api.TaskTerminated || te.ExitCode != 0 {
+				continue
+			}
+			if at := unixTime(te.Time); !at.After(appStarted) && at.After(done) {
+				done = at
+			}
+		}
+	}
+	return done
 }
 
 // unixTime is a Nomad time in unix nanoseconds; zero for 0.

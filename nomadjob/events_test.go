@@ -8,7 +8,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/fixtures"
 )
 
@@ -305,5 +309,32 @@ func testWakeTimes(t *testing.T, fixture string, last uint64) {
 	}
 	if started == 0 {
 		t.Fatal("no allocation event with the app's task started in the stream")
+	}
+}
+
+// The init steps' end is the latest successful exit of a user task before
+// the app started; a failed try, the app, the queue-proxy and whatever ran
+// after the app started (a poststop task) do not count, and nothing counts
+// before the app started.
+func TestInitDone(t *testing.T) {
+	at := func(ms int64) int64 { return time.UnixMilli(1_700_000_000_000 + ms).UnixNano() }
+	ev := func(typ string, ms int64, code int) *api.TaskEvent {
+		return &api.TaskEvent{Type: typ, Time: at(ms), ExitCode: code}
+	}
+	states := map[string]*api.TaskState{
+		"migrate": {Events: []*api.TaskEvent{ev(api.TaskStarted, 10, 0), ev(api.TaskTerminated, 40, 1), ev(api.TaskTerminated, 90, 0)}},
+		"seed":    {Events: []*api.TaskEvent{ev(api.TaskTerminated, 70, 0)}},
+		"cleanup": {Events: []*api.TaskEvent{ev(api.TaskTerminated, 500, 0)}},
+		spec.SidecarTaskName: {Events: []*api.TaskEvent{ev(api.TaskTerminated, 95, 0)}},
+		spec.UserTaskName:    {Events: []*api.TaskEvent{ev(api.TaskStarted, 100, 0)}},
+	}
+	if got, want := initDone(states, time.Unix(0, at(100))), time.Unix(0, at(90)); !got.Equal(want) {
+		t.Errorf("initDone = %s, want the migration's successful exit %s", got, want)
+	}
+	if got := initDone(states, time.Time{}); !got.IsZero() {
+		t.Errorf("initDone before the app started = %s, want zero", got)
+	}
+	if got := initDone(map[string]*api.TaskState{spec.UserTaskName: states[spec.UserTaskName]}, time.Unix(0, at(100))); !got.IsZero() {
+		t.Errorf("initDone without init steps = %s, want zero", got)
 	}
 }

@@ -103,6 +103,38 @@ func traefikTags() spec.Service {
 	return s
 }
 
+// realApp is an API with an init step, an agent beside it, a log shipper
+// once it runs, clean-up after it, a host volume, a per-instance CSI volume
+// and a scratch disk.
+func realApp() spec.Service {
+	s := spec.NewService("ledger")
+	t := &s.Template
+	t.Task.Driver = "exec"
+	t.Task.Config = map[string]any{"command": "/opt/ledger/bin/ledger"}
+	t.Task.VolumeMounts = []spec.VolumeMount{{Volume: "config", Destination: "/etc/ledger", ReadOnly: true}, {Volume: "db", Destination: "/var/lib/ledger"}}
+	res := spec.Resources{CPU: 50, MemoryMB: 64}
+	t.SideTasks = []spec.SideTask{
+		{Name: "migrate", Driver: "exec", Config: map[string]any{"command": "/opt/ledger/bin/ledger", "args": []any{"migrate", "up"}},
+			Resources: res, KillTimeout: spec.DefaultSideKillTimeout, Lifecycle: &spec.Lifecycle{Hook: spec.HookPrestart},
+			VolumeMounts: []spec.VolumeMount{{Volume: "db", Destination: "/var/lib/ledger"}}},
+		{Name: "vault-agent", Driver: "docker", Config: map[string]any{"image": "hashicorp/vault:1.15", "args": []any{"agent", "-config=/local/agent.hcl"}},
+			Env: map[string]string{"VAULT_ADDR": "https://vault.service.consul:8200"}, Resources: res, KillTimeout: spec.DefaultSideKillTimeout,
+			Lifecycle: &spec.Lifecycle{Hook: spec.HookPrestart, Sidecar: true},
+			Templates: []spec.TaskTemplate{{Data: "auto_auth {}\n", Destination: "local/agent.hcl"}}},
+		{Name: "ship-logs", Driver: "docker", Config: map[string]any{"image": "fluent/fluent-bit:3"}, Resources: res,
+			KillTimeout: 10 * time.Second, Lifecycle: &spec.Lifecycle{Hook: spec.HookPoststart, Sidecar: true}},
+		{Name: "cleanup", Driver: "exec", Config: map[string]any{"command": "/bin/rm", "args": []any{"-rf", "/alloc/data/tmp"}},
+			Resources: res, KillTimeout: spec.DefaultSideKillTimeout, Lifecycle: &spec.Lifecycle{Hook: spec.HookPoststop}},
+	}
+	t.Volumes = []spec.Volume{
+		{Name: "config", Type: spec.VolumeHost, Source: "ledger-config", ReadOnly: true},
+		{Name: "db", Type: spec.VolumeCSI, Source: "ledger-db", AccessMode: spec.AccessSingleNodeWriter, AttachmentMode: spec.AttachFileSystem, PerAlloc: true},
+	}
+	t.EphemeralDisk = &spec.EphemeralDisk{SizeMB: 1024, Sticky: true, Migrate: true}
+	s.Scaling.Max = 4
+	return s
+}
+
 func goldenCases() []goldenCase {
 	return []goldenCase{
 		{name: "docker-web-app", svc: dockerWebApp, gen: 1, opts: testOptions()},
@@ -114,6 +146,7 @@ func goldenCases() []goldenCase {
 		{name: "bridge-connect", svc: bridgeConnect, gen: 1, opts: Options{Sidecar: SidecarOptions{Image: "ghcr.io/nomad-serverless/nomad-serverless:0.1.0"}}},
 		{name: "traefik-tags", svc: traefikTags, gen: 2, opts: Options{Sidecar: SidecarOptions{Command: "/usr/local/bin/nomad-serverless"}, ShutdownDelay: 10 * time.Second, UnboundedMax: 50}},
 		{name: "host-network", svc: hostNetworkService, gen: 1, opts: testOptions()},
+		{name: "real-app", svc: realApp, gen: 1, opts: testOptions()},
 	}
 }
 

@@ -30,6 +30,7 @@ type Nomad interface {
 	Scale(ctx context.Context, revision string, count int, reason string, meta map[string]string) error
 	Stop(ctx context.Context, revision string) error
 	Purge(ctx context.Context, revision string) error
+	TaskLogs
 }
 
 // Consul is what a deploy needs of Consul (consulroute.Client).
@@ -432,7 +433,7 @@ func (d *Deployer) waitReady(ctx context.Context, revision string, want int) err
 		}
 		if aerr == nil {
 			if why := failedAllocation(allocs); why != "" {
-				return fmt.Errorf("revision %s failed to start: %s%s", revision, why, checkOutputs(health))
+				return fmt.Errorf("revision %s failed to start: %s%s%s", revision, why, failedTaskLog(ctx, d.nomad, revision, allocs), checkOutputs(health))
 			}
 		}
 		if d.now().After(deadline) {

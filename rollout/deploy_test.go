@@ -35,6 +35,9 @@ type fakeCluster struct {
 	polls      int
 	readyAfter int
 	failAlloc  string // non-empty: allocations report this failure
+	failTask   string // with failAlloc: the task that failed
+	stderr     string // that task's stderr
+	logReqs    []nomadjob.LogRequest
 	healthErr  error  // non-nil: Health fails with it
 	// conflictOnce makes the next Register fail with ErrConflict after
 	// registering the same job, as a concurrent identical deploy would.
@@ -98,9 +101,25 @@ func (f *fakeCluster) Allocations(_ context.Context, rev string) ([]nomadjob.All
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failAlloc != "" {
-		return []nomadjob.Allocation{{ID: "0123456789", Revision: rev, ClientStatus: "failed", DesiredStatus: "run", Failure: f.failAlloc}}, nil
+		return []nomadjob.Allocation{{ID: "0123456789", Revision: rev, ClientStatus: "failed", DesiredStatus: "run", Failure: f.failAlloc, FailedTask: f.failTask}}, nil
 	}
 	return []nomadjob.Allocation{{ID: "0123456789", Revision: rev, ClientStatus: "running", DesiredStatus: "run", Running: true}}, nil
+}
+
+func (f *fakeCluster) Logs(_ context.Context, _ string, req nomadjob.LogRequest, fn func([]byte) error) error {
+	f.mu.Lock()
+	f.logReqs = append(f.logReqs, req)
+	out := f.stderr
+	f.mu.Unlock()
+	if !req.Stderr || req.Follow {
+		return fmt.Errorf("fake: only stderr, not followed")
+	}
+	// In two pieces that do not end at a line, as Nomad's frames need not.
+	half := len(out) / 2
+	if err := fn([]byte(out[:half])); err != nil {
+		return err
+	}
+	return fn([]byte(out[half:]))
 }
 
 func (f *fakeCluster) Revisions(_ context.Context, ns, svc string) ([]nomadjob.RevisionStatus, error) {
@@ -311,6 +330,34 @@ func TestDeploySameFileTwiceMakesNoRevision(t *testing.T) {
 	}
 	if !strings.Contains(out, "template unchanged") {
 		t.Errorf("output lacks 'template unchanged':\n%s", out)
+	}
+}
+
+// A revision whose init step fails: deploy names the task and shows the
+// end of its stderr, and only that.
+func TestDeployFailedTaskShowsItsStderr(t *testing.T) {
+	f := newFakeCluster()
+	f.failAlloc = "task migrate: exited with code 3"
+	f.failTask = "migrate"
+	var lines []string
+	for i := 1; i <= 14; i++ {
+		lines = append(lines, fmt.Sprintf("migrate: step %d", i))
+	}
+	f.stderr = strings.Join(lines, "\n") + "\nERROR: relation \"users\" already exists\n\n"
+	code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", ""))
+	if code != exitError {
+		t.Fatalf("exit %d, want failure\n%s%s", code, out, errs)
+	}
+	for _, want := range []string{"exited with code 3", "last lines of task migrate's stderr", "ERROR: relation \"users\" already exists", "migrate: step 6"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("error lacks %q:\n%s", want, errs)
+		}
+	}
+	if strings.Contains(errs, "migrate: step 5\n") {
+		t.Errorf("error shows more than the last %d lines:\n%s", failedLogLines, errs)
+	}
+	if len(f.logReqs) != 1 || f.logReqs[0].Task != "migrate" || f.logReqs[0].Alloc != "0123456789" || f.logReqs[0].Since.IsZero() || f.logReqs[0].MaxHistory <= 0 {
+		t.Errorf("log requests %+v, want migrate's stderr history once", f.logReqs)
 	}
 }
 

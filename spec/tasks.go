@@ -101,3 +101,19 @@ type EphemeralDisk struct {
 
 // MinEphemeralDiskMB is the least ephemeral disk Nomad accepts.
 const MinEphemeralDiskMB = 10
+
+// Defaults of the settings above.
+const (
+	// DefaultSideKillTimeout is Nomad's own kill_timeout: a named task
+	// drains nothing of ours.
+	DefaultSideKillTimeout = 5 * time.Second
+	// DefaultEphemeralDiskMB is Nomad's default ephemeral disk, which an
+	// ephemeral_disk block that leaves out size keeps.
+	DefaultEphemeralDiskMB = 300
+)
+
+// SideTaskPath is the Problem path of the named task: task[migrate].
+func SideTaskPath(name string) string { return "task[" + name + "]" }
+
+// VolumePath is the Problem path of the named volume: volume[data].
+func VolumePath(name string) string { return "volume[" + name + "]" }

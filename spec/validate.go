@@ -77,6 +77,7 @@ func (s *Service) Validate() []Problem {
 	}
 	ps = append(ps, s.Template.validate()...)
 	ps = append(ps, s.Scaling.validate()...)
+	ps = append(ps, validateVolumeScaling(s.Template.Volumes, s.Scaling)...)
 	ps = append(ps, validateTraffic(s.Name, s.Traffic)...)
 	switch s.Visibility {
 	case "", VisibilityPublic, VisibilityInternal:
@@ -105,7 +106,15 @@ func (t *Template) validate() []Problem {
 			add(fmt.Sprintf("constraint[%d].attribute", i), "constraint has no attribute.", "Set attribute, for example \"${attr.kernel.name}\".")
 		}
 	}
-	ps = append(ps, t.Task.validate(t.Network.Mode)...)
+	if t.Task.Driver == "" && len(t.SideTasks) > 0 {
+		ps = append(ps, Problem{"task", "the service has no serving task, only named ones.",
+			fmt.Sprintf("Named tasks (task %q { ... }) run beside the task that serves traffic, which is written task { ... } without a label (or image = \"...\") and takes port. "+
+				"Remove the label from the task that serves.", t.SideTasks[0].Name)})
+	} else {
+		ps = append(ps, t.Task.validate(t.Network.Mode)...)
+	}
+	ps = append(ps, t.validateSideTasks()...)
+	ps = append(ps, t.validateVolumes()...)
 
 	for _, pr := range []struct {
 		name  string
@@ -189,23 +198,7 @@ func (t *Task) validate(mode NetworkMode) []Problem {
 			"Add a task block with a driver, for example task { driver = \"docker\" config { image = \"nginx\" } }, or the shorthand image = \"nginx\".")
 		return ps
 	}
-	if _, err := json.Marshal(t.Config); err != nil {
-		add("task.config", "driver config holds a value that cannot be sent to Nomad.", err.Error())
-	}
-	if t.Driver == "docker" || t.Driver == "podman" {
-		if img, _ := t.Config["image"].(string); img == "" {
-			add("task.config", fmt.Sprintf("the %s driver needs an image.", t.Driver), "Set config { image = \"...\" } or the shorthand image = \"...\".")
-		}
-	}
-	if (t.Driver == "exec" || t.Driver == "raw_exec") && t.Config["command"] == nil {
-		add("task.config", fmt.Sprintf("the %s driver needs a command.", t.Driver), "Set config { command = \"/path/to/binary\" }.")
-	}
-	if t.Resources.CPU < 1 {
-		add("task.resources.cpu", fmt.Sprintf("cpu is %d MHz.", t.Resources.CPU), "Nomad needs at least 1 MHz.")
-	}
-	if t.Resources.MemoryMB < 10 {
-		add("task.resources.memory", fmt.Sprintf("memory is %d MiB.", t.Resources.MemoryMB), "Nomad needs at least 10 MiB.")
-	}
+	ps = append(ps, validateProcess("task", process{t.Driver, t.Config, t.Env, t.Resources, t.Artifacts, t.Templates})...)
 	if t.Port < 1 || t.Port > 65535 {
 		add("task.port", fmt.Sprintf("port is %d.", t.Port), "Use a port from 1 to 65535.")
 	}
@@ -221,26 +214,63 @@ func (t *Task) validate(mode NetworkMode) []Problem {
 		add("task.kill_timeout", fmt.Sprintf("kill_timeout is %s.", t.KillTimeout), "Use at least \"1s\": the sidecar drains requests in this time.")
 	}
 	for _, k := range slices.Sorted(maps.Keys(t.Env)) {
-		if !envName.MatchString(k) {
-			add("task.env."+k, fmt.Sprintf("%q is not an environment variable name.", k), "Use letters, digits and '_', not starting with a digit.")
-		}
 		switch k {
 		case EnvPort, EnvKService, EnvRevision, EnvConfiguration:
 			add("task.env."+k, fmt.Sprintf("%s is set by nomad-serverless.", k), "Remove it: PORT is where the app must listen; K_SERVICE, K_CONFIGURATION and K_REVISION name the revision.")
 		}
 	}
-	for i, a := range t.Artifacts {
-		if a.Source == "" {
-			add(fmt.Sprintf("task.artifact[%d].source", i), "artifact has no source.", "Set source to a URL go-getter understands.")
+	return ps
+}
+
+// process is what every task runs, the serving one and the named ones.
+type process struct {
+	driver    string
+	config    map[string]any
+	env       map[string]string
+	resources Resources
+	artifacts []Artifact
+	templates []TaskTemplate
+}
+
+// validateProcess checks what every task has, under path p ("task" or
+// "task[migrate]").
+func validateProcess(p string, t process) []Problem {
+	var ps []Problem
+	add := func(path, summary, detail string) { ps = append(ps, Problem{p + path, summary, detail}) }
+	if _, err := json.Marshal(t.config); err != nil {
+		add(".config", "driver config holds a value that cannot be sent to Nomad.", err.Error())
+	}
+	if t.driver == "docker" || t.driver == "podman" {
+		if img, _ := t.config["image"].(string); img == "" {
+			add(".config", fmt.Sprintf("the %s driver needs an image.", t.driver), "Set config { image = \"...\" } or the shorthand image = \"...\".")
 		}
 	}
-	for i, tp := range t.Templates {
-		p := fmt.Sprintf("task.template[%d]", i)
+	if (t.driver == "exec" || t.driver == "raw_exec") && t.config["command"] == nil {
+		add(".config", fmt.Sprintf("the %s driver needs a command.", t.driver), "Set config { command = \"/path/to/binary\" }.")
+	}
+	if t.resources.CPU < 1 {
+		add(".resources.cpu", fmt.Sprintf("cpu is %d MHz.", t.resources.CPU), "Nomad needs at least 1 MHz.")
+	}
+	if t.resources.MemoryMB < 10 {
+		add(".resources.memory", fmt.Sprintf("memory is %d MiB.", t.resources.MemoryMB), "Nomad needs at least 10 MiB.")
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.env)) {
+		if !envName.MatchString(k) {
+			add(".env."+k, fmt.Sprintf("%q is not an environment variable name.", k), "Use letters, digits and '_', not starting with a digit.")
+		}
+	}
+	for i, a := range t.artifacts {
+		if a.Source == "" {
+			add(fmt.Sprintf(".artifact[%d].source", i), "artifact has no source.", "Set source to a URL go-getter understands.")
+		}
+	}
+	for i, tp := range t.templates {
+		tpp := fmt.Sprintf(".template[%d]", i)
 		if tp.Destination == "" {
-			add(p+".destination", "template has no destination.", "Set destination, for example \"local/config.env\".")
+			add(tpp+".destination", "template has no destination.", "Set destination, for example \"local/config.env\".")
 		}
 		if (tp.Data == "") == (tp.Source == "") {
-			add(p, "template needs exactly one of data and source.", "")
+			add(tpp, "template needs exactly one of data and source.", "")
 		}
 	}
 	return ps

@@ -47,6 +47,10 @@ const (
 	// WakeReceived: the Nomad client received the allocation (its first
 	// task event).
 	WakeReceived WakeStep = "client_received"
+	// WakeInitDone: the app's init steps (its prestart tasks that run to
+	// completion, such as a migration) finished, by the last one's exit
+	// (the client's clock). Only revisions with init steps have it.
+	WakeInitDone WakeStep = "init_tasks_done"
 	// WakeSidecarTask and WakeAppTask: the Nomad client started the
 	// sidecar's and the app's task (the driver returned).
 	WakeSidecarTask WakeStep = "sidecar_task_started"
@@ -76,7 +80,7 @@ const (
 // WakeSteps lists every step, in the usual order.
 var WakeSteps = []WakeStep{
 	WakeHeld, WakeScaleWritten, WakeEvaluation, WakePlaced, WakeSeen, WakeReceived,
-	WakeSidecarTask, WakeAppTask, WakeSidecarUp, WakeAppAccepted, WakeAppReady,
+	WakeInitDone, WakeSidecarTask, WakeAppTask, WakeSidecarUp, WakeAppAccepted, WakeAppReady,
 	WakeProbeReady, WakeSent, WakeFirstByte, WakeConsulPassing,
 }
 
@@ -103,6 +107,7 @@ var wakeStepInfo = map[WakeStep]struct {
 	WakePlaced:        {WhoseNomad, "allocation placed", WakeEvaluation},
 	WakeSeen:          {WhoseNomad, "serve sees the placement (event stream)", WakePlaced},
 	WakeReceived:      {WhoseNomad, "Nomad client received the allocation", WakePlaced},
+	WakeInitDone:      {WhoseApp, "the app's init tasks finished (prestart)", WakeReceived},
 	WakeSidecarTask:   {WhoseNomad, "sidecar task started (Nomad)", WakeReceived},
 	WakeAppTask:       {WhoseNomad, "app task started (Nomad)", WakeReceived},
 	WakeSidecarUp:     {WhoseOurs, "sidecar process started", WakeReceived},
@@ -198,7 +203,7 @@ func NewWakeTimeline(service, revision, replica, alloc string, at map[WakeStep]t
 	for _, s := range WakeSteps {
 		if v := at[s]; !v.IsZero() {
 			t.Steps = append(t.Steps, StepTime{Step: s, At: v})
-		} else {
+		} else if s != WakeInitDone { // only a revision with init steps has it
 			t.Missing = append(t.Missing, s)
 		}
 	}

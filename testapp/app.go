@@ -14,6 +14,9 @@
 //	/headers        work: the request as JSON {method, proto, host, uri,
 //	                remote_addr, headers}
 //	/ws             work: websocket echo
+//	/file           work: the file at query path= (at most 64 KiB), 404
+//	                if there is none: what an init step or a volume put
+//	                in the instance
 //	/ready          readiness: 200 after TESTAPP_READY_DELAY unless failing
 //	/healthz        liveness: 200 unless POST /fail-live
 //	/stats          JSON Stats; POST /reset zeroes it
@@ -228,6 +231,9 @@ func (a *App) serveWork(w http.ResponseWriter, r *http.Request) {
 	case "/ws":
 		a.ws.ServeHTTP(w, r)
 		return
+	case "/file":
+		serveFile(w, r)
+		return
 	}
 
 	// The benchmark's request: no query, no configured work.
@@ -243,6 +249,37 @@ func (a *App) serveWork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.serveQuery(w, r)
+}
+
+// maxFile bounds what /file reads.
+const maxFile = 64 << 10
+
+// serveFile answers the file at query path=: 404 if it does not exist,
+// 500 if it cannot be read. It is a test app's route: it serves whatever
+// path it is given.
+func serveFile(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Query().Get("path")
+	if path == "" {
+		http.Error(w, "file: want path=", http.StatusBadRequest)
+		return
+	}
+	f, err := os.Open(path)
+	switch {
+	case os.IsNotExist(err):
+		http.Error(w, "file: "+err.Error(), http.StatusNotFound)
+		return
+	case err != nil:
+		http.Error(w, "file: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxFile))
+	if err != nil {
+		http.Error(w, "file: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header()["Content-Type"] = textPlain
+	w.Write(b)
 }
 
 func (a *App) serveQuery(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,5 +202,24 @@ func TestBinary(t *testing.T) {
 	bad := testbin.Start(t, bin, []string{"testapp"}, map[string]string{testapp.EnvPort: "nope"})
 	if code, err := bad.Wait(10 * time.Second); err != nil || code != 2 || !strings.Contains(bad.Output(), "PORT") {
 		t.Fatalf("bad PORT: code %d err %v output %q", code, err, bad.Output())
+	}
+}
+
+// /file serves what an init step or a volume put in the instance.
+func TestFile(t *testing.T) {
+	_, srv := newApp(t, testapp.Config{})
+	dir := t.TempDir()
+	p := filepath.Join(dir, "migration.txt")
+	if err := os.WriteFile(p, []byte("migrated v7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, srv.URL+"/file?path="+url.QueryEscape(p)); code != 200 || body != "migrated v7\n" {
+		t.Errorf("existing file: %d %q", code, body)
+	}
+	if code, _ := get(t, srv.URL+"/file?path="+url.QueryEscape(filepath.Join(dir, "none"))); code != 404 {
+		t.Errorf("missing file: %d, want 404", code)
+	}
+	if code, _ := get(t, srv.URL+"/file"); code != 400 {
+		t.Errorf("no path: %d, want 400", code)
 	}
 }

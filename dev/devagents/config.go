@@ -1,6 +1,10 @@
 package devagents
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
 
 // ACL turns on ACLs in both agents: Consul with ConsulManagementToken as its
 // initial management and agent token (nothing to bootstrap), Nomad
@@ -17,6 +21,9 @@ type ConfigOptions struct {
 	LogLevel string
 	// ACL, when not nil, turns ACLs on.
 	ACL *ACL
+	// HostVolumes are the Nomad client's host volumes, name to path on
+	// the node (the directory must exist when Nomad starts).
+	HostVolumes map[string]string
 }
 
 func (o ConfigOptions) logLevel() string {
@@ -124,6 +131,13 @@ acl {
   enabled = true
 }
 `
+	}
+	if len(o.HostVolumes) > 0 {
+		s += "\nclient {\n"
+		for _, name := range slices.Sorted(maps.Keys(o.HostVolumes)) {
+			s += fmt.Sprintf("  host_volume %q {\n    path = %q\n  }\n", name, o.HostVolumes[name])
+		}
+		s += "}\n"
 	}
 	return s
 }

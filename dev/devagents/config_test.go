@@ -79,4 +79,7 @@ func TestConfigs(t *testing.T) {
 	check("nomad+acl", hclAttrs(t, NomadConfig(p, "/tmp/d", ConfigOptions{ACL: acl})), map[string]string{
 		"acl.enabled": "true", "consul.token": acl.ConsulManagementToken,
 	})
+	check("nomad+host volumes", hclAttrs(t, NomadConfig(p, "/tmp/d", ConfigOptions{HostVolumes: map[string]string{"data": "/srv/data", "logs": "/srv/logs"}})), map[string]string{
+		"client.host_volume.data.path": "/srv/data", "client.host_volume.logs.path": "/srv/logs",
+	})
 }

@@ -138,10 +138,16 @@ func (r *allocRunner) runTasks() {
 	var sidecars, mains []*api.Task
 	typ, setupErr := api.TaskSetupFailure, r.setupErr
 	for _, t := range r.tg.Tasks {
-		if lc := t.Lifecycle; lc != nil && lc.Hook == api.TaskLifecycleHookPrestart && lc.Sidecar {
-			sidecars = append(sidecars, t)
-		} else {
+		lc := t.Lifecycle
+		switch {
+		case lc == nil:
 			mains = append(mains, t)
+		case lc.Hook == api.TaskLifecycleHookPrestart && lc.Sidecar:
+			sidecars = append(sidecars, t)
+		default:
+			// Init steps, poststart and poststop tasks are Nomad's to
+			// order; the e2e suite runs them on real agents.
+			typ, setupErr = api.TaskSetupFailure, fmt.Errorf("fake cluster: task %s: lifecycle hook %q (sidecar %v) is not simulated; run it on real agents (make e2e)", t.Name, lc.Hook, lc.Sidecar)
 		}
 		if t.Driver != "raw_exec" {
 			typ, setupErr = api.TaskDriverFailure, fmt.Errorf("fake cluster: driver %q is not available on the fake client (raw_exec only)", t.Driver)
@@ -212,8 +218,17 @@ func (r *allocRunner) runTasks() {
 		case <-r.n.quit:
 		}
 	}
-	// Main tasks first, then sidecars; after a failure, every other task.
-	for _, group := range [][]*taskRunner{main, side} {
+	// The leader first, then the other main tasks, then sidecars, as
+	// Nomad's alloc runner stops them; after a failure, every other task.
+	var leader, rest []*taskRunner
+	for _, tr := range main {
+		if tr.task.Leader {
+			leader = append(leader, tr)
+		} else {
+			rest = append(rest, tr)
+		}
+	}
+	for _, group := range [][]*taskRunner{leader, rest, side} {
 		for _, tr := range group {
 			if tr.task.Name != failedTask {
 				tr.kill(failedTask)

@@ -112,6 +112,7 @@ job "orders-00001" {
     task "user" {
       driver       = "docker"
       kill_timeout = "30s"
+      leader       = true
 
       config {
         image = "example/orders:2"
@@ -133,11 +134,6 @@ job "orders-00001" {
     task "queue-proxy" {
       driver       = "docker"
       kill_timeout = "30s"
-
-      lifecycle {
-        hook    = "prestart"
-        sidecar = true
-      }
 
       config {
         args  = ["sidecar"]

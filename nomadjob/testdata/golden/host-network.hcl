@@ -104,6 +104,7 @@ job "ledger-00001" {
     task "user" {
       driver       = "raw_exec"
       kill_timeout = "30s"
+      leader       = true
 
       config {
         command = "/opt/ledger/bin/ledger"
@@ -125,11 +126,6 @@ job "ledger-00001" {
     task "queue-proxy" {
       driver       = "raw_exec"
       kill_timeout = "30s"
-
-      lifecycle {
-        hook    = "prestart"
-        sidecar = true
-      }
 
       config {
         args    = ["sidecar"]

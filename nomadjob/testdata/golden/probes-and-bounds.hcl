@@ -116,6 +116,7 @@ job "api-00003" {
     task "user" {
       driver       = "docker"
       kill_timeout = "30s"
+      leader       = true
 
       config {
         image = "example/api:7"

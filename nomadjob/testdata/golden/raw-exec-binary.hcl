@@ -99,6 +99,7 @@ job "report-00012" {
       driver       = "raw_exec"
       user         = "nobody"
       kill_timeout = "10s"
+      leader       = true
 
       config {
         args    = ["serve", "--port", "${NOMAD_PORT_app}"]
@@ -137,11 +138,6 @@ job "report-00012" {
     task "queue-proxy" {
       driver       = "exec"
       kill_timeout = "10s"
-
-      lifecycle {
-        hook    = "prestart"
-        sidecar = true
-      }
 
       config {
         args    = ["sidecar"]

@@ -113,6 +113,7 @@ job "shop-00002" {
     task "user" {
       driver       = "docker"
       kill_timeout = "30s"
+      leader       = true
 
       config {
         image        = "example/shop:1"
@@ -136,11 +137,6 @@ job "shop-00002" {
     task "queue-proxy" {
       driver       = "raw_exec"
       kill_timeout = "30s"
-
-      lifecycle {
-        hook    = "prestart"
-        sidecar = true
-      }
 
       config {
         args    = ["sidecar"]

@@ -100,6 +100,7 @@ job "greeter-00001" {
     task "user" {
       driver       = "docker"
       kill_timeout = "30s"
+      leader       = true
 
       config {
         image = "ghcr.io/example/greeter:2.0.1"

@@ -100,6 +100,7 @@ job "hello-00001" {
     task "user" {
       driver       = "docker"
       kill_timeout = "30s"
+      leader       = true
 
       config {
         image = "nginxdemos/hello:plain-text"

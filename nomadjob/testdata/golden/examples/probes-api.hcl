@@ -116,6 +116,7 @@ job "api-00001" {
     task "user" {
       driver       = "docker"
       kill_timeout = "30s"
+      leader       = true
 
       config {
         image = "ghcr.io/example/api:1.4.2"

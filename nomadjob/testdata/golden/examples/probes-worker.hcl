@@ -116,6 +116,7 @@ job "worker-00001" {
     task "user" {
       driver       = "docker"
       kill_timeout = "30s"
+      leader       = true
 
       config {
         args  = ["--listen", ":9000"]

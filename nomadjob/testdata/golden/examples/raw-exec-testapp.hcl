@@ -98,6 +98,7 @@ job "testapp-00001" {
     task "user" {
       driver       = "raw_exec"
       kill_timeout = "5s"
+      leader       = true
 
       config {
         args    = ["testapp"]
@@ -120,11 +121,6 @@ job "testapp-00001" {
     task "queue-proxy" {
       driver       = "raw_exec"
       kill_timeout = "5s"
-
-      lifecycle {
-        hook    = "prestart"
-        sidecar = true
-      }
 
       config {
         args    = ["sidecar"]

@@ -101,6 +101,7 @@ job "whoami-00001" {
     task "user" {
       driver       = "docker"
       kill_timeout = "30s"
+      leader       = true
 
       config {
         args  = ["--port", "8080"]
