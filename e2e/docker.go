@@ -479,6 +479,12 @@ type ContainerInfo struct {
 		NetworkMode       string
 		PortBindings      map[string][]PortBinding
 	}
+	// Mounts are the container's mounts (bind mounts of volumes, the
+	// allocation's directories).
+	Mounts []struct {
+		Type, Source, Destination string
+		RW                        bool
+	}
 }
 
 // EnvVar is the value of an environment variable of the container's

@@ -91,8 +91,19 @@ func TestE2E18Docker(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
+	// A host volume for the real app below, readable by the image's
+	// non-root user.
+	volDir := filepath.Join(dir, "volume")
+	if err := os.Mkdir(volDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(volDir, "hello.txt"), []byte("hello from the host volume\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agentOpts := h.s.agentOptions(agentDir, nil)
+	agentOpts.Config.HostVolumes = map[string]string{"e2e-data": volDir}
 	start = time.Now()
-	agents, err := devagents.StartDocker(actx, h.s.agentOptions(agentDir, nil), devagents.Docker{Endpoint: host, CNIPath: cniPath, InfraImage: pauseImage, KeepImages: true})
+	agents, err := devagents.StartDocker(actx, agentOpts, devagents.Docker{Endpoint: host, CNIPath: cniPath, InfraImage: pauseImage, KeepImages: true})
 	if err != nil {
 		t.Fatalf("start agents with the docker driver: %v", err)
 	}
@@ -253,11 +264,47 @@ func TestE2E18Docker(t *testing.T) {
 		h.checkBridge(dc, ownDockerd, balloc, pauseImage, b.Port)
 	}
 
+	// A real app in docker: an init step (raw_exec) writes into the
+	// allocation's shared directory, a host volume is mounted read-only
+	// into the app's container, and the app serves both; it wakes from
+	// zero with the init step in the way.
+	const rsvc = "e2e-docker-realapp"
+	h.cleanupService(rsvc)
+	rrev := revision(rsvc, 1)
+	start = time.Now()
+	out = h.deployImage(h.writeRaw("realapp-docker.hcl", dockerRealApp(rsvc, image)), image)
+	h.timing("real app: deploy -> ready", time.Since(start))
+	if r := out.Ready[rrev]; r.Passing != 1 {
+		t.Fatalf("deploy did not report %s ready with 1 instance: %+v", rrev, out.Ready)
+	}
+	ralloc := h.waitRunning(rrev, 1, 30*time.Second)[0].ID
+	allocs = append(allocs, ralloc)
+	for _, want := range []struct{ path, content string }{
+		{"/data/hello.txt", "hello from the host volume"},
+		{"/alloc/data/migration.txt", "migrated by " + ralloc},
+	} {
+		if code, body := getHost(g, rsvc, "/file?path="+want.path); code != 200 || strings.TrimSpace(body) != want.content {
+			t.Errorf("real app: %s: %d %q, want %q", want.path, code, body, want.content)
+		}
+	}
+	if user, _ := h.allocContainers(dc, ralloc); !hasMount(user, volDir, "/data", false) {
+		t.Errorf("real app: the app's container does not mount %s read-only at /data: %+v", volDir, user.Mounts)
+	}
+	h.waitZero(rrev, 90*time.Second)
+	cs := h.wake(g, rsvc, rrev, "docker+init")
+	t.Logf("real app wake: %v", cs.Split())
+	if _, ok := h.lastWake(rsvc, rrev).At(spec.WakeInitDone); !ok {
+		t.Errorf("real app: the wake's timeline has no %s step", spec.WakeInitDone)
+	}
+	if code, body := getHost(g, rsvc, "/file?path=/data/hello.txt"); code != 200 {
+		t.Errorf("real app after the wake: %d %q", code, body)
+	}
+
 	// delete: every revision job purged, and then no container of the
 	// scenario's allocations runs (their pause containers included).
 	// Every allocation either job ever had (the wakes' too).
 	var revs []string
-	for _, name := range []string{svc, bsvc} {
+	for _, name := range []string{svc, bsvc, rsvc} {
 		for _, a := range h.allocIDs(revision(name, 1)) {
 			if !slices.Contains(allocs, a) {
 				allocs = append(allocs, a)
@@ -294,12 +341,93 @@ func TestE2E18Docker(t *testing.T) {
 	if len(kept) > 0 {
 		t.Logf("stopped containers still listed after delete (Nomad removes them when it collects the allocation): %v", kept)
 	}
-	for _, name := range []string{svc, bsvc} {
+	for _, name := range []string{svc, bsvc, rsvc} {
 		if found, checked := h.leftovers(name, revs); len(found) > 0 {
 			t.Errorf("delete %s left:\n  %s", name, strings.Join(checked, "\n  "))
 		}
 	}
 	h.s.Timings.Note(h.scenario, "delete -> no container running", fmt.Sprintf("%d allocations' containers checked", len(allocs)))
+}
+
+// dockerRealApp is a docker app with an init step and a host volume.
+func dockerRealApp(name, image string) string {
+	return fmt.Sprintf(`service %q {
+  task {
+    driver = "docker"
+    config {
+      image = %q
+      args  = ["testapp"]
+    }
+    port = 80
+    env {
+      TESTAPP_HOST = "0.0.0.0"
+    }
+    resources {
+      cpu    = 50
+      memory = 80
+    }
+    kill_timeout = "5s"
+    volume_mount {
+      volume      = "data"
+      destination = "/data"
+      read_only   = true
+    }
+  }
+
+  task "migrate" {
+    driver = "raw_exec"
+    config {
+      command = "/bin/sh"
+      args    = ["-c", "echo \"migrated by $NOMAD_ALLOC_ID\" > \"$NOMAD_ALLOC_DIR/data/migration.txt\""]
+    }
+    lifecycle { hook = "prestart" }
+    resources {
+      cpu    = 20
+      memory = 32
+    }
+  }
+
+  volume "data" {
+    type      = "host"
+    source    = "e2e-data"
+    read_only = true
+  }
+
+  readiness {
+    http { path = "/ready" }
+  }
+
+  scaling {
+    min                 = 0
+    max                 = 2
+    initial             = 1
+    target              = 5
+    window              = "6s"
+    scale_to_zero_grace = "2s"
+  }
+}
+`, name, image)
+}
+
+// writeRaw writes a service file as given into the scenario's directory.
+func (h *harness) writeRaw(name, src string) string {
+	h.t.Helper()
+	path := filepath.Join(h.dir, name)
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	return path
+}
+
+// hasMount reports whether a container mounts source at destination,
+// read-write or not as rw says.
+func hasMount(c ContainerInfo, source, destination string, rw bool) bool {
+	for _, m := range c.Mounts {
+		if m.Source == source && m.Destination == destination && m.RW == rw {
+			return true
+		}
+	}
+	return false
 }
 
 // loadAverage is the machine's 1-minute load average ("?" if unknown): a

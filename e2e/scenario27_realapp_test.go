@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -239,11 +237,7 @@ func (h *harness) writeRealApp(name, svc, migrate string) string {
   }
 }
 `, svc, h.bin, migrate)
-	path := filepath.Join(h.dir, name)
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		h.t.Fatal(err)
-	}
-	return path
+	return h.writeRaw(name, src)
 }
 
 // allocDataDir is the allocation's shared data directory on the node

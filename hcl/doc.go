@@ -52,6 +52,44 @@
 //	    kill_timeout = "30s"
 //	    artifact { ... }           # repeatable: source destination mode options
 //	    template { ... }           # repeatable: data|source destination change_mode env
+//	    volume_mount {             # repeatable; with image, at the service level
+//	      volume      = "data"     # a volume block's name
+//	      destination = "/srv/data"
+//	      read_only   = true
+//	    }
+//	  }
+//
+//	  # The task {} without a label (or image) is the one task that serves
+//	  # traffic: only it takes port and protocol, and it has no lifecycle.
+//	  # Named tasks run beside it, with what a Nomad task takes (driver,
+//	  # config, env, resources, artifact, template, user, kill_timeout,
+//	  # volume_mount) and a lifecycle hook:
+//	  task "migrate" {
+//	    driver = "docker"
+//	    config { image = "ghcr.io/acme/migrate:7" }
+//	    lifecycle {
+//	      hook    = "prestart"     # before the app: an init step, run to the
+//	                               # end (its failure fails the instance, and
+//	                               # deploy shows its stderr); "poststart":
+//	                               # once the app runs; "poststop": after the
+//	                               # instance stopped
+//	      sidecar = false          # true: keep it running beside the app
+//	    }                          # (prestart or poststart); no lifecycle: a
+//	  }                            # main task, started with the app
+//
+//	  volume "data" {              # repeatable: the group's volume requests
+//	    type      = "host"         # a client's host_volume, or "csi"
+//	    source    = "api-data"
+//	    read_only = true
+//	    # access_mode, attachment_mode, per_alloc: CSI only. A CSI volume
+//	    # only one instance can claim (single-node-*, or
+//	    # multi-node-single-writer written to) needs per_alloc = true or
+//	    # scaling { max = 1 }
+//	  }
+//	  ephemeral_disk {             # the instance's scratch disk
+//	    size    = 300              # MB
+//	    sticky  = false            # keep it when Nomad replaces the instance
+//	    migrate = false            # on its node, or move it to another
 //	  }
 //
 //	  readiness {                  # exactly one of http, tcp, grpc, exec
@@ -79,8 +117,12 @@
 //	    min                        = 0
 //	    max                        = 10    # 0 = unbounded
 //	    initial                    = 1
-//	    metric                     = "concurrency" # or "rps"
-//	    target                     = 100   # default 100, or 200 for rps
+//	    metric                     = "concurrency" # or "rps", "cpu", "memory"
+//	    target                     = 100   # default 100, 200 for rps; for cpu
+//	                                       # and memory a percentage of the
+//	                                       # serving task's reservation (80),
+//	                                       # and min defaults to 1: they
+//	                                       # cannot scale to zero
 //	    utilization                = 70
 //	    window                     = "60s"
 //	    panic_window_percentage    = 10
@@ -109,6 +151,9 @@
 //	      local_bind_port = 5432
 //	    }
 //	  }
+//	  visibility = "public"        # or "internal": served only on the
+//	                               # gateway's internal listener (serve
+//	                               # -internal-port) and through the mesh
 //	  tags    = ["traefik.enable=true"]
 //	  meta    = { team = "web" }   # or meta { team = "web" }
 //	  domains = [local.host]
@@ -116,6 +161,16 @@
 //	    redirect = true            # answer plain HTTP with 308 to https://
 //	  }
 //	}
+//
+// The tasks start hook by hook: the prestart tasks (init steps run to
+// their end, sidecars keep running), then the app, the queue-proxy and the
+// named tasks without a hook together, then the poststart tasks; on stop
+// Nomad stops the app first (it is the group's leader), then the other
+// main tasks and the queue-proxy, then the sidecars, and runs the poststop
+// tasks last. Beside a docker or podman app whose port is published in
+// host networking the queue-proxy is a poststart sidecar instead (see
+// nomadjob's sidecarLifecycle). Named tasks, volumes and the disk are part
+// of the template: changing one makes a new revision.
 //
 // The gateway serves every name of a service (<service>.<namespace>.<domain>,
 // tag names, domains) over HTTPS too, with a certificate from serve's
