@@ -392,21 +392,7 @@ func dockerRealApp(name, image string) string {
     source    = "e2e-data"
     read_only = true
   }
-
-  readiness {
-    http { path = "/ready" }
-  }
-
-  scaling {
-    min                 = 0
-    max                 = 2
-    initial             = 1
-    target              = 5
-    window              = "6s"
-    scale_to_zero_grace = "2s"
-  }
-}
-`, name, image)
+` + realAppReadinessAndScaling, name, image)
 }
 
 // writeRaw writes a service file as given into the scenario's directory.

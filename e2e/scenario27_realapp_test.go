@@ -163,6 +163,24 @@ func (h *harness) lastWake(svc, rev string) spec.WakeTimeline {
 	return *v.LastWake
 }
 
+// realAppReadinessAndScaling ends the real apps' service blocks (27, 18):
+// readiness on the test app's /ready, and fast scaling to and from zero.
+const realAppReadinessAndScaling = `
+  readiness {
+    http { path = "/ready" }
+  }
+
+  scaling {
+    min                 = 0
+    max                 = 2
+    initial             = 1
+    target              = 5
+    window              = "6s"
+    scale_to_zero_grace = "2s"
+  }
+}
+`
+
 // writeRealApp writes the service of scenario 27 with migrate as its init
 // step's shell script.
 func (h *harness) writeRealApp(name, svc, migrate string) string {
@@ -222,21 +240,7 @@ func (h *harness) writeRealApp(name, svc, migrate string) string {
       memory = 32
     }
   }
-
-  readiness {
-    http { path = "/ready" }
-  }
-
-  scaling {
-    min                 = 0
-    max                 = 2
-    initial             = 1
-    target              = 5
-    window              = "6s"
-    scale_to_zero_grace = "2s"
-  }
-}
-`, svc, h.bin, migrate)
+` + realAppReadinessAndScaling, svc, h.bin, migrate)
 	return h.writeRaw(name, src)
 }
 
