@@ -158,7 +158,7 @@ func runSuite(m *testing.M, g *devagents.Guard) int {
 	if fake != nil {
 		fmt.Println("e2e timings of a REHEARSAL on test/fakecluster (not Nomad's scheduling or Consul's checks; for the suite, not for the targets):")
 	} else {
-		fmt.Println("e2e timings (one machine's clocks; first byte targets: raw_exec <= 500ms, docker <= 800ms, median of 10 wakes):")
+		fmt.Println("e2e timings (one machine's clocks; first byte targets: raw_exec <= 150ms, docker <= 400ms, median of 10 wakes):")
 	}
 	fmt.Print(FormatTable(s.Timings.Rows()))
 	fmt.Print(s.Timelines.Format())
