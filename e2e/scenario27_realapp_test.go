@@ -19,7 +19,7 @@ import (
 // helper beside the app (a poststart sidecar that writes its own file and
 // keeps running) and clean-up after it (poststop):
 //   - deploy: ready; the app serves what the migration and the helper
-//     wrote; Nomad ran the tasks in the order their hooks say (the
+//     wrote; `logs -task migrate` reads the init step's log; Nomad ran the tasks in the order their hooks say (the
 //     migration ended before the app started; the helper started after
 //     it); the queue-proxy is a main task started with the app;
 //   - wake from zero with the init step in the way: served, and the wake's
@@ -57,6 +57,11 @@ func TestE2E27RealApp(t *testing.T) {
 			code, body := getHost(g, svc, "/file?path="+allocDataDir(h, alloc)+"/"+want.file)
 			return code == 200 && strings.TrimSpace(body) == want.content, fmt.Sprintf("%d %q", code, body)
 		})
+	}
+
+	// logs reads a named task's log.
+	if out := h.mustCLI("logs", "-task", "migrate", "-stderr", "-follow=false", svc); !strings.Contains(out, "migration: 3 steps applied") {
+		t.Errorf("logs -task migrate -stderr: want the migration's stderr, got:\n%s", out)
 	}
 
 	// Nomad ran them in their hooks' order.

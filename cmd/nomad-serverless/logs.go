@@ -15,15 +15,16 @@ func runLogs(ctx context.Context, e *env, args []string) int {
 
 Follows the logs of every running instance of a service through Nomad's
 allocation logs API (as nomad alloc logs -f), interleaved line by line and
-prefixed with the allocation ID: the user task's stdout unless -stderr or
--sidecar say otherwise. New instances are followed as they start. A revision
+prefixed with the allocation ID: the serving task's stdout unless -stderr,
+-sidecar or -task say otherwise. New instances are followed as they start. A revision
 at zero has no instance and so no logs; logs says so and does not wake it.
 Needs the read-logs capability in the namespace (NOMAD_TOKEN).
 
 `)
 	namespace := fs.String("namespace", namespaceFlagDefault(e.getenv), "the service's namespace")
 	revision := fs.String("revision", "", "follow only this `revision` (default: every revision with instances)")
-	sidecar := fs.Bool("sidecar", false, "the queue-proxy sidecar's log instead of the user task's")
+	sidecar := fs.Bool("sidecar", false, "the queue-proxy sidecar's log instead of the serving task's")
+	named := fs.String("task", "", "the named `task`'s log instead of the serving task's (a task \"migrate\" {} of the service)")
 	stderr := fs.Bool("stderr", false, "stderr instead of stdout")
 	since := fs.Duration("since", time.Minute, fmt.Sprintf("start with what running instances logged in the last `duration` (whole log files, at most %d KiB each; at most %s; 0: only new lines)", rollout.LogsMaxHistory>>10, rollout.LogsMaxSince))
 	follow := fs.Bool("follow", true, "keep following; with -follow=false print what is there and exit")
@@ -40,8 +41,14 @@ Needs the read-logs capability in the namespace (NOMAD_TOKEN).
 		return errorLine(e, "logs", err)
 	}
 	task := spec.UserTaskName
-	if *sidecar {
+	switch {
+	case *sidecar && *named != "":
+		fmt.Fprintln(e.stderr, "nomad-serverless logs: -sidecar and -task name two tasks; give one")
+		return exitUsage
+	case *sidecar:
 		task = spec.SidecarTaskName
+	case *named != "":
+		task = *named
 	}
 	l := &rollout.Logs{
 		Src: n, Out: e.stdout, Msg: e.stderr,

@@ -17,4 +17,8 @@ func TestLogsArguments(t *testing.T) {
 	if code := runLogs(context.Background(), e, []string{}); code != exitUsage || !strings.Contains(stderr.String(), "Usage: nomad-serverless logs") {
 		t.Errorf("no service: exit %d: %s", code, stderr.String())
 	}
+	stderr.Reset()
+	if code := runLogs(context.Background(), e, []string{"-sidecar", "-task", "migrate", "hello"}); code != exitUsage || !strings.Contains(stderr.String(), "give one") {
+		t.Errorf("-sidecar -task: exit %d: %s", code, stderr.String())
+	}
 }
