@@ -15,10 +15,13 @@ import (
 // kernel hands to outgoing connections: a port of the ephemeral range, free
 // when asked, is soon the local port of some client's connection on a busy
 // machine (every test's clients take them by the thousand), and the process
-// started on it a moment later fails with "address already in use". It
-// picks at random below that range, as Nomad's dynamic ports do (20000 to
-// 32000), never the same twice in one test process, and checks the port by
-// listening on it on every address, as a sidecar binds.
+// started on it a moment later fails with "address already in use". Nor is
+// it one of Nomad's dynamic ports (20000 to 32000): Nomad does not know of
+// a port a test's serve listens on, and gave it to a sidecar's admin port
+// in e2e 18 ("bind: address already in use", the allocation failed). It
+// picks at random below both, never the same twice in one test process,
+// and checks the port by listening on it on every address, as a sidecar
+// binds.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	lo, hi := DynamicPorts()
@@ -50,9 +53,9 @@ var handed struct {
 	ports map[int]bool
 }
 
-// DynamicPorts is the range [lo, hi) FreePort picks from: Nomad's 20000 to
-// 32000, or, where the kernel's ephemeral range overlaps it, the widest
-// stretch outside that range.
+// DynamicPorts is the range [lo, hi) FreePort picks from: 10000 to 20000,
+// below Nomad's dynamic ports, or, where the kernel's ephemeral range
+// overlaps it, the widest stretch outside both.
 func DynamicPorts() (lo, hi int) {
 	elo, ehi := 32768, 60999 // Linux's default ephemeral range
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
@@ -64,11 +67,12 @@ func DynamicPorts() (lo, hi int) {
 			}
 		}
 	}
-	if elo >= 32000 || ehi < 20000 {
-		return 20000, 32000
+	const lo0, hi0, nomadLo, nomadHi = 10000, 20000, 20000, 32000
+	if elo >= hi0 || ehi < lo0 {
+		return lo0, hi0
 	}
-	if below, above := elo-1024, 65535-ehi; below >= above {
-		return 1024, elo
+	if below, above := elo-1024, 65535-max(ehi, nomadHi-1); below >= above {
+		return 1024, min(elo, nomadLo)
 	}
-	return ehi + 1, 65536
+	return max(ehi, nomadHi-1) + 1, 65536
 }

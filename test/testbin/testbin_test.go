@@ -98,7 +98,8 @@ func TestEventually(t *testing.T) {
 }
 
 // FreePort's ports lie outside the kernel's ephemeral range (no outgoing
-// connection takes them meanwhile), differ within a process, and are free.
+// connection takes them meanwhile) and Nomad's dynamic ports (no sidecar
+// is given them), differ within a process, and are free.
 func TestFreePort(t *testing.T) {
 	lo, hi := DynamicPorts()
 	seen := map[int]bool{}
@@ -114,5 +115,8 @@ func TestFreePort(t *testing.T) {
 		if _, err := fmt.Sscan(string(b), &elo, &ehi); err == nil && lo <= ehi && hi > elo {
 			t.Errorf("range [%d, %d) overlaps the ephemeral range %d-%d", lo, hi, elo, ehi)
 		}
+	}
+	if lo < 32000 && hi > 20000 {
+		t.Errorf("range [%d, %d) overlaps Nomad's dynamic ports 20000-31999", lo, hi)
 	}
 }
