@@ -330,10 +330,10 @@ func userTask(rev spec.Revision) *api.Task {
 		},
 		KillTimeout: new(t.Task.KillTimeout),
 		// The leader is stopped first when the instance stops, before
-		// the queue-proxy (a main task beside it, see sidecarHook), as
-		// Nomad stops main tasks before sidecars: the proxy outlives the
-		// app it drains. It also ends the instance when the app ends for
-		// good, as it did when the app was the only main task.
+		// the other main tasks (the queue-proxy, see sidecarLifecycle)
+		// and the sidecars: the proxy outlives the app it drains. It
+		// also ends the instance when the app ends for good, as it did
+		// when the app was the only main task.
 		Leader:       true,
 		VolumeMounts: volumeMounts(t.Task.VolumeMounts),
 	}
