@@ -322,9 +322,9 @@ func TestInitDone(t *testing.T) {
 		return &api.TaskEvent{Type: typ, Time: at(ms), ExitCode: code}
 	}
 	states := map[string]*api.TaskState{
-		"migrate": {Events: []*api.TaskEvent{ev(api.TaskStarted, 10, 0), ev(api.TaskTerminated, 40, 1), ev(api.TaskTerminated, 90, 0)}},
-		"seed":    {Events: []*api.TaskEvent{ev(api.TaskTerminated, 70, 0)}},
-		"cleanup": {Events: []*api.TaskEvent{ev(api.TaskTerminated, 500, 0)}},
+		"migrate":            {Events: []*api.TaskEvent{ev(api.TaskStarted, 10, 0), ev(api.TaskTerminated, 40, 1), ev(api.TaskTerminated, 90, 0)}},
+		"seed":               {Events: []*api.TaskEvent{ev(api.TaskTerminated, 70, 0)}},
+		"cleanup":            {Events: []*api.TaskEvent{ev(api.TaskTerminated, 500, 0)}},
 		spec.SidecarTaskName: {Events: []*api.TaskEvent{ev(api.TaskTerminated, 95, 0)}},
 		spec.UserTaskName:    {Events: []*api.TaskEvent{ev(api.TaskStarted, 100, 0)}},
 	}
