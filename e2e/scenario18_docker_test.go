@@ -392,7 +392,7 @@ func dockerRealApp(name, image string) string {
     source    = "e2e-data"
     read_only = true
   }
-` + realAppReadinessAndScaling, name, image)
+`+realAppReadinessAndScaling, name, image)
 }
 
 // writeRaw writes a service file as given into the scenario's directory.

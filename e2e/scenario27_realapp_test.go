@@ -245,7 +245,7 @@ func (h *harness) writeRealApp(name, svc, migrate string) string {
       memory = 32
     }
   }
-` + realAppReadinessAndScaling, svc, h.bin, migrate)
+`+realAppReadinessAndScaling, svc, h.bin, migrate)
 	return h.writeRaw(name, src)
 }
 

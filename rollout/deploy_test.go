@@ -38,7 +38,7 @@ type fakeCluster struct {
 	failTask   string // with failAlloc: the task that failed
 	stderr     string // that task's stderr
 	logReqs    []nomadjob.LogRequest
-	healthErr  error  // non-nil: Health fails with it
+	healthErr  error // non-nil: Health fails with it
 	// conflictOnce makes the next Register fail with ErrConflict after
 	// registering the same job, as a concurrent identical deploy would.
 	conflictOnce bool
