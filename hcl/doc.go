@@ -146,8 +146,9 @@
 //	                               # steps: all at once. A route setting:
 //	                               # changing it makes no new revision
 //	    duration = "5m"            # when every step passes: Knative's 1%
-//	                               # first, then equal steps, one interval
-//	                               # each (at most 99 steps)
+//	                               # first, then equal steps of one interval
+//	                               # each (at most 99 steps; a longer
+//	                               # duration holds each several intervals)
 //	    steps    = [1, 5, 25, 50]  # or explicit: the new revision's percent
 //	                               # of the latest targets' share, growing,
 //	                               # 1 to 100 (a 100 is judged too); each is
