@@ -127,11 +127,23 @@ func (d *decoder) latencyBound(a *hcl2.Attribute, path string) (spec.LatencyBoun
 	case ty == cty.String:
 		items = []string{v.AsString()}
 	case ty.IsListType() || ty.IsTupleType():
-		got, ok := d.strList(a, path)
-		if !ok {
-			return b, false
+		// Read from the value already evaluated: evaluating the
+		// expression again would spend the file's work budget twice.
+		if tup, isTuple := syntaxOf(a.Expr).(*hclsyntax.TupleConsExpr); isTuple {
+			for i, e := range tup.Exprs {
+				d.ranges[fmt.Sprintf("%s[%d]", path, i)] = e.Range()
+			}
 		}
-		items = got
+		i := 0
+		for it := v.ElementIterator(); it.Next(); i++ {
+			_, e := it.Element()
+			if e.IsNull() || e.Type() != cty.String {
+				d.errorf(path, d.rangeOr(fmt.Sprintf("%s[%d]", path, i), a.Expr.Range()), "Incorrect attribute value type",
+					"%s must be a string or a list of strings, for example %s; element %d is %s.", path, example, i, typeName(e.Type()))
+				return b, false
+			}
+			items = append(items, e.AsString())
+		}
 	default:
 		d.errorf(path, a.Expr.Range(), "Incorrect attribute value type", "%s must be a string or a list of strings, for example %s; this value is %s.", path, example, typeName(ty))
 		return b, false

@@ -123,6 +123,7 @@ func TestRolloutDiagnostics(t *testing.T) {
 		{name: "two absolute bounds", src: an(`      max_latency = ["1s", "1.5x", »"2s"]`), summary: "Latency bound set twice"},
 		{name: "latency empty list", src: an(`      max_latency = »[]`), summary: "Empty latency bound"},
 		{name: "latency number", src: an(`      max_latency = »1.5`), summary: "Incorrect attribute value type", detail: `"1.5x"`},
+		{name: "latency list of numbers", src: an(`      max_latency = ["1.5x", »300]`), summary: "Incorrect attribute value type", detail: "element 1 is a number"},
 
 		// Requests.
 		{name: "min_requests zero", src: an(`      min_requests = »0`), summary: "min_requests is 0", detail: "1 or more"},
