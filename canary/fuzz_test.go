@@ -9,10 +9,10 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
-// bytes hands out the fuzzer's input one byte at a time, then zeros.
-type bytes struct{ b []byte }
+// fuzzInput hands out the fuzzer's input one byte at a time, then zeros.
+type fuzzInput struct{ b []byte }
 
-func (r *bytes) next() int {
+func (r *fuzzInput) next() int {
 	if len(r.b) == 0 {
 		return 0
 	}
@@ -21,7 +21,7 @@ func (r *bytes) next() int {
 	return int(v)
 }
 
-func (r *bytes) measurement(latency bool) Measurement {
+func (r *fuzzInput) measurement(latency bool) Measurement {
 	n := r.next()
 	m := Measurement{Requests: uint64(n), Errors: uint64(r.next() % (n + 1))}
 	if latency && n > 0 {
@@ -44,7 +44,7 @@ func FuzzMachine(f *testing.F) {
 	f.Add([]byte{4, 1, 1, 1, 1, 0, 0, 20, 1, 0, 255, 255, 9, 0, 0, 64, 200, 0, 200, 50, 200, 0, 1, 13, 64, 100, 100, 0, 0, 1, 14})
 	f.Add([]byte{0, 99, 0, 0, 0, 9, 0, 0, 0, 0, 100, 12, 0, 13, 5, 12, 64, 50, 1, 50, 40, 1, 1, 15, 12, 250, 250, 250, 250, 3, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := &bytes{b: data}
+		r := &fuzzInput{b: data}
 		var steps []int
 		for s, n := 0, 1+r.next()%6; len(steps) < n; {
 			s += 1 + r.next()%40
