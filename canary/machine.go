@@ -316,7 +316,7 @@ func (m *Machine) Interrupt(now time.Time, by string) Output {
 	if s.Phase == PhaseStepping {
 		where = fmt.Sprintf("at step %d%%", s.Plan.Steps[s.Step])
 	}
-	return m.output(m.end(now, PhaseStopped, fmt.Sprintf("stopped %s: %s; the route stays as that left it", where, by)))
+	return m.output(m.end(now, PhaseStopped, fmt.Sprintf("stopped %s: %s; the route stays as they set it", where, by)))
 }
 
 func (m *Machine) output(evs []Event) Output {

@@ -327,7 +327,7 @@ func TestPersonTakesOver(t *testing.T) {
 		if o.Route != nil || d.m.Phase() != PhaseStopped || len(o.Events) != 1 {
 			t.Fatalf("interrupt: %+v", o)
 		}
-		if e := o.Events[0]; e.Kind != EventStopped || e.Step != 2 || e.Message != "stopped at step 25%: "+by+"; the route stays as that left it" {
+		if e := o.Events[0]; e.Kind != EventStopped || e.Step != 2 || e.Message != "stopped at step 25%: "+by+"; the route stays as they set it" {
 			t.Errorf("event %+v", e)
 		}
 		n := len(d.events)
@@ -337,7 +337,7 @@ func TestPersonTakesOver(t *testing.T) {
 		if o := d.m.Resume(d.now); o.Route != nil || len(o.Events) != 0 {
 			t.Errorf("a resume after the person: %+v", o)
 		}
-		if o := d.m.Interrupt(d.now, "again"); len(o.Events) != 0 || d.m.State().Reason != "stopped at step 25%: "+by+"; the route stays as that left it" {
+		if o := d.m.Interrupt(d.now, "again"); len(o.Events) != 0 || d.m.State().Reason != "stopped at step 25%: "+by+"; the route stays as they set it" {
 			t.Errorf("a second interrupt: %+v", o)
 		}
 	})
@@ -345,7 +345,7 @@ func TestPersonTakesOver(t *testing.T) {
 		d := start(t, config(planOf(t, time.Minute, nil, spec.LatencyBound{})))
 		d.tick(0, Input{})
 		o := d.m.Interrupt(d.now, "a deploy by a person")
-		if o.Wake != "" || o.Route != nil || o.Events[0].Message != "stopped before step 1: a deploy by a person; the route stays as that left it" || o.Events[0].Step != 0 {
+		if o.Wake != "" || o.Route != nil || o.Events[0].Message != "stopped before step 1: a deploy by a person; the route stays as they set it" || o.Events[0].Step != 0 {
 			t.Errorf("interrupt while waking: %+v", o)
 		}
 	})
