@@ -87,7 +87,7 @@ func TestRolloutDiagnostics(t *testing.T) {
 	ro := func(body string) string { return docker("  rollout {\n" + body + "\n  }") }
 	an := func(body string) string { return ro("    duration = \"5m\"\n    analysis {\n" + body + "\n    }") }
 	pinned := "\n  traffic {\n    revision = \"hello-00001\"\n    percent = 100\n  }"
-	runDiagCases(t, []diagCase{
+	cases := []diagCase{
 		// Interval.
 		{name: "interval zero", src: an(`      interval = »"0s"`), summary: "analysis interval is 0s", detail: `"15s"`},
 		{name: "interval negative", src: an(`      interval = »"-15s"`), summary: "analysis interval is -15s"},
@@ -138,5 +138,15 @@ func TestRolloutDiagnostics(t *testing.T) {
 		{name: "duplicate analysis", src: ro("    duration = \"5m\"\n    analysis {}\n    »analysis {}"), summary: "Duplicate analysis block"},
 		{name: "unknown analysis setting", src: an(`      »min_request = 5`), summary: "Unsupported argument", detail: `Did you mean "min_requests"?`},
 		{name: "unknown rollout setting", src: ro(`    »duraton = "5m"`), summary: "Unsupported argument", detail: `Did you mean "duration"?`},
-	})
+	}
+	runDiagCases(t, cases)
+	// One mistake, one diagnostic: a value that fails to decode is not
+	// reported again by validation.
+	for _, tc := range cases {
+		src, _, _ := splitMarker(t, tc.src)
+		_, diags := Parse("svc.hcl", []byte(src), tc.opts)
+		if n := len(diags.Errs()); n != 1 {
+			t.Errorf("%s: %d errors, want 1:%s", tc.name, n, dump(diags))
+		}
+	}
 }
