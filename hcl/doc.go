@@ -141,6 +141,37 @@
 //	    tag      = "stable"        # also routes stable-hello.<ns>.<domain>
 //	  }
 //
+//	  rollout {                    # how the latest share moves to a new
+//	                               # revision; none, or no duration and no
+//	                               # steps: all at once. A route setting:
+//	                               # changing it makes no new revision
+//	    duration = "5m"            # when every step passes: Knative's 1%
+//	                               # first, then equal steps of one interval
+//	                               # each (at most 99 steps; a longer
+//	                               # duration holds each several intervals)
+//	    steps    = [1, 5, 25, 50]  # or explicit: the new revision's percent
+//	                               # of the latest targets' share, growing,
+//	                               # 1 to 100 (a 100 is judged too); each is
+//	                               # held one interval, or with duration
+//	                               # duration/len(steps) in whole intervals
+//	    analysis {                 # a step is judged every interval
+//	      interval       = "15s"
+//	      min_requests   = 20      # of the new revision; fewer: the step
+//	                               # waits and counts on (after 10 such
+//	                               # intervals it passes, unjudged)
+//	      max_error_rate = "1%"    # its 5xx, and the gateway's 502/503/504
+//	                               # for it, per request judged
+//	      max_latency    = "1.5x"  # its p99 at most 1.5 times the previous
+//	                               # revision's, or "300ms", or both:
+//	                               # ["1.5x", "300ms"] (over either fails);
+//	                               # default none
+//	    }
+//	  }                            # A failed step sends the whole share
+//	                               # back to the previous revision. Pinned
+//	                               # targets and tags stay as written; a
+//	                               # rollout needs a latest target with a
+//	                               # percent. See package canary
+//
 //	  network {
 //	    mode         = "host"      # or "bridge"
 //	    host_network = "private"   # clients' host_network for every port; default: theirs

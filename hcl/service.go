@@ -20,7 +20,7 @@ var (
 		// With image: what a docker task's users set first.
 		"port", "protocol", "args",
 	}
-	serviceBlocks = []string{"constraint", "task", "readiness", "liveness", "scaling", "traffic", "network", "connect", "resources", "https",
+	serviceBlocks = []string{"constraint", "task", "readiness", "liveness", "scaling", "traffic", "network", "connect", "resources", "https", "rollout",
 		"ephemeral_disk", "volume_mount"}
 	// imageShorthand are the task settings the image shorthand takes at the
 	// service level, with where each goes in the long form.
@@ -180,6 +180,9 @@ func (d *decoder) decodeService(b *hcl2.Block) spec.Service {
 			d.ranges["traffic"] = tb.DefRange
 		}
 		svc.Traffic = append(svc.Traffic, d.decodeTraffic(tb, fmt.Sprintf("traffic[%d]", i)))
+	}
+	if rb := d.single(c.Blocks, "rollout", "A service"); rb != nil {
+		svc.Rollout = d.decodeRollout(rb)
 	}
 	if nb := d.single(c.Blocks, "network", "A service"); nb != nil {
 		d.decodeNetwork(nb, &t.Network)

@@ -9,7 +9,7 @@ import "time"
 // Service is one `service "name" {}` block after parsing and defaulting.
 //
 // Only Template decides a revision's identity: changing Scaling, Traffic,
-// Domains or HTTPS updates the existing revision and route in place.
+// Rollout, Domains or HTTPS updates the existing revision and route in place.
 type Service struct {
 	Name      string   `json:"name"`
 	Namespace string   `json:"namespace"`
@@ -29,6 +29,9 @@ type Service struct {
 	// listener (Knative's cluster-local). It is a route setting, not part
 	// of the template.
 	Visibility Visibility `json:"visibility,omitempty"`
+	// Rollout is how the latest share moves to a new revision (nil: at
+	// once). A route setting, not part of the template (spec/rollout.go).
+	Rollout *Rollout `json:"rollout,omitempty"`
 }
 
 // Visibility says on which of the gateway's listeners a service is served.

@@ -79,6 +79,7 @@ func (s *Service) Validate() []Problem {
 	ps = append(ps, s.Scaling.validate()...)
 	ps = append(ps, validateVolumeScaling(s.Template.Volumes, s.Scaling)...)
 	ps = append(ps, validateTraffic(s.Name, s.Traffic)...)
+	ps = append(ps, s.Rollout.validate(s)...)
 	switch s.Visibility {
 	case "", VisibilityPublic, VisibilityInternal:
 	default:

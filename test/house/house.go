@@ -25,6 +25,7 @@ var Floors = map[string]int{
 	"datapath/h2proxy":     0,
 	"datapath/keepalive":   5, // over rawio and h1
 	"hcl":                  10,
+	"canary":               10, // the rollout state machine, pure, over spec
 	"nomadjob":             10,
 	"consulroute":          10,
 	"catalog":              20,
