@@ -170,7 +170,10 @@
 //	                               # back to the previous revision. Pinned
 //	                               # targets and tags stay as written; a
 //	                               # rollout needs a latest target with a
-//	                               # percent. See package canary
+//	                               # percent. See package canary. NOT YET
+//	                               # CARRIED OUT: the block is validated
+//	                               # (with a warning saying so), and deploy
+//	                               # still moves the share at once
 //
 //	  network {
 //	    mode         = "host"      # or "bridge"

@@ -2,8 +2,11 @@ package hcl
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	hcl2 "github.com/hashicorp/hcl/v2"
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -43,7 +46,7 @@ func TestRolloutParse(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := mustParse(t, docker(tc.body), Options{})
+			f := parseRollout(t, docker(tc.body))
 			if got := f.Services[0].Rollout; !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("rollout %+v, want %+v", got, tc.want)
 			}
@@ -64,7 +67,7 @@ func TestRolloutIsARouteSetting(t *testing.T) {
 	var hashes []string
 	var rollouts []*spec.Rollout
 	for _, v := range variants {
-		f := mustParse(t, docker(base+v), Options{})
+		f := parseRollout(t, docker(base+v))
 		s := f.Services[0]
 		hashes = append(hashes, spec.NewRevision(&s, 1).SpecHash)
 		rollouts = append(rollouts, s.Rollout)
@@ -149,4 +152,23 @@ func TestRolloutDiagnostics(t *testing.T) {
 			t.Errorf("%s: %d errors, want 1:%s", tc.name, n, dump(diags))
 		}
 	}
+}
+
+// parseRollout parses a file whose only diagnostic may be the warning that
+// a rollout block is not driven yet, which it must carry when it has one.
+func parseRollout(t *testing.T, src string) *File {
+	t.Helper()
+	f, diags := Parse("svc.hcl", []byte(src), Options{})
+	warned := false
+	for _, d := range diags {
+		if d.Severity == hcl2.DiagWarning && d.Summary == summaryRolloutNotDriven {
+			warned = true
+			continue
+		}
+		t.Fatalf("unexpected diagnostic:%s", dump(hcl2.Diagnostics{d}))
+	}
+	if hasRollout := strings.Contains(src, "rollout {"); warned != hasRollout {
+		t.Errorf("rollout block %v, warning that it is not driven %v", hasRollout, warned)
+	}
+	return f
 }
