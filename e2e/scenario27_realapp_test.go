@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	nomad "github.com/hashicorp/nomad/api"
+
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -64,12 +66,19 @@ func TestE2E27RealApp(t *testing.T) {
 		t.Errorf("logs -task migrate -stderr: want the migration's stderr, got:\n%s", out)
 	}
 
-	// Nomad ran them in their hooks' order.
-	info, _, err := h.nomad.Allocations().Info(alloc, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	states := info.TaskStates
+	// Nomad ran them in their hooks' order. The client reports task
+	// states in batches (Nomad 1.6 a moment after the helper already
+	// wrote its file), so wait for the helper's start to be known.
+	var states map[string]*nomad.TaskState
+	eventually(t, 20*time.Second, "Nomad reports the poststart helper started", func() (bool, string) {
+		info, _, err := h.nomad.Allocations().Info(alloc, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		states = info.TaskStates
+		ts := states["helper"]
+		return ts != nil && !ts.StartedAt.IsZero(), fmt.Sprintf("helper %+v", ts)
+	})
 	started := func(task string) time.Time {
 		if ts := states[task]; ts != nil {
 			return ts.StartedAt
