@@ -117,6 +117,12 @@ consul {
 
 client {
 %s
+  # Nomad 1.6 collects a terminal allocation on the path of a new one once
+  # a client holds more than gc_max_allocs (50 by default), and waits out
+  # its group's shutdown_delay again while doing it (2.0 skips that for an
+  # allocation already deregistered): every wake from zero then waited 5 s
+  # once a dev agent had run 50 instances. Scale to zero makes many.
+  gc_max_allocs = 1000
 }
 
 plugin "raw_exec" {

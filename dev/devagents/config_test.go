@@ -68,7 +68,7 @@ func TestConfigs(t *testing.T) {
 		"ports.http": "14646", "ports.rpc": "14647", "ports.serf": "14648",
 		"advertise.http": "127.0.0.1", "advertise.rpc": "127.0.0.1", "advertise.serf": "127.0.0.1",
 		"consul.address": "127.0.0.1:18500", "consul.grpc_address": "127.0.0.1:18502",
-		"plugin.raw_exec.config.enabled": "true",
+		"plugin.raw_exec.config.enabled": "true", "client.gc_max_allocs": "1000",
 	}, "acl.enabled", "consul.token")
 
 	acl := &ACL{ConsulManagementToken: "c0ffee00-0000-4000-8000-000000000001"}
