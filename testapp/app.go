@@ -14,6 +14,9 @@
 //	/headers        work: the request as JSON {method, proto, host, uri,
 //	                remote_addr, headers}
 //	/ws             work: websocket echo
+//	/fetch          work: GET url=http://IP:port/path (loopback and private
+//	                addresses only; host=H sets its Host) and answer with
+//	                what it answered: one service calling another (fetch.go)
 //	/ready          readiness: 200 after TESTAPP_READY_DELAY unless failing
 //	/healthz        liveness: 200 unless POST /fail-live
 //	/stats          JSON Stats; POST /reset zeroes it
@@ -78,7 +81,8 @@ type App struct {
 	gatesMu sync.Mutex
 	gates   map[string]chan struct{}
 
-	ws websocket.Server
+	ws    websocket.Server
+	fetch *http.Client // /fetch's (fetch.go)
 }
 
 // New returns the app; readiness delays count from now.
@@ -87,6 +91,7 @@ func New(cfg Config) *App {
 		cfg:     cfg,
 		readyAt: time.Now().Add(cfg.ReadyDelay),
 		gates:   make(map[string]chan struct{}),
+		fetch:   newFetchClient(),
 	}
 	if cfg.Name != "" {
 		a.name = []string{cfg.Name}
@@ -227,6 +232,9 @@ func (a *App) serveWork(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/ws":
 		a.ws.ServeHTTP(w, r)
+		return
+	case "/fetch":
+		a.serveFetch(w, r)
 		return
 	}
 
