@@ -38,7 +38,7 @@ const internalDomain = "e2e28.test"
 // it through the internal listener. Consul lists the internal listener,
 // the internal revision fails over to it in the mesh, status and list say
 // internal, and turning the service public and back changes only its
-// route.
+// route. An unknown visibility deploys nothing and says where and why.
 func TestE2E28InternalService(t *testing.T) {
 	h := newHarness(t, "28 internal service")
 	const svc, caller = "e2e-internal", "e2e-caller"
@@ -71,6 +71,20 @@ func TestE2E28InternalService(t *testing.T) {
 		}
 		return false, fmt.Sprintf("passing instances %v", seen)
 	})
+
+	// Bad input: an unknown visibility is one located diagnostic that
+	// says how to fix it, and nothing is deployed.
+	bad := testService("e2e-badvis")
+	bad.Visibility = "private"
+	badFile := h.writeServices("bad.hcl", bad)
+	if _, errOut, code := h.cli("deploy", "-sidecar-command", h.bin, badFile); code != 1 ||
+		!strings.Contains(errOut, "on "+badFile+" line ") || !strings.Contains(errOut, `visibility "private" is not one the gateway knows`) ||
+		!strings.Contains(errOut, `Use "public"`) || !strings.Contains(errOut, "Nothing was deployed") {
+		t.Errorf("deploy of an unknown visibility: exit %d, want 1 with a located diagnostic:\n%s", code, errOut)
+	}
+	if jobs, _, err := h.nomad.Jobs().PrefixList("e2e-badvis-"); err != nil || len(jobs) != 0 {
+		t.Errorf("an unknown visibility registered %d jobs (%v)", len(jobs), err)
+	}
 
 	internal := testService(svc)
 	internal.Env = map[string]string{"TESTAPP_NAME": "internal-v1"}
