@@ -25,15 +25,16 @@ func (g *Gateway) rebuild() {
 	services := g.cat.Services()
 	t := &table{
 		hosts:     map[string]*route{},
-		public:    map[string]*route{},
 		revisions: make(map[string]*revision, len(revs)),
 	}
-	// internal are the internal services, by namespace/name.
+	// internal are the internal services, by namespace/name. Without any,
+	// the public ports' names are all names (one map, below).
 	var internal map[string]bool
 	for _, s := range services {
 		if s.Internal {
 			if internal == nil {
 				internal = map[string]bool{}
+				t.public = map[string]*route{}
 			}
 			internal[orDefaultNamespace(s.Namespace)+"/"+s.Name] = true
 		}
@@ -145,6 +146,9 @@ func (g *Gateway) rebuild() {
 			g.addHost(t, tagHost(tag, s.Name, ns, g.domain), tr)
 		}
 	}
+	if t.public == nil {
+		t.public = t.hosts
+	}
 	g.counters = counters
 	g.table.Store(t)
 	g.prober.sync(want, known)
@@ -178,11 +182,12 @@ func orDefaultNamespace(ns string) string {
 }
 
 // addHost adds a host to the internal listener's names, and to the public
-// ports' when rt is a public service's: see claimHost.
+// ports' when rt is a public service's (while t.public is nil there is no
+// internal service, and rebuild makes the two one map): see claimHost.
 func (g *Gateway) addHost(t *table, host string, rt *route) {
 	host = strings.ToLower(host)
 	g.claimHost(t.hosts, host, rt)
-	if !rt.internal {
+	if t.public != nil && !rt.internal {
 		g.claimHost(t.public, host, rt)
 	}
 }

@@ -13,7 +13,8 @@ import (
 // Internal services (visibility = "internal", Knative's cluster-local) are
 // routed on the internal listener only: hosts holds every name (what the
 // internal listener routes), public the names of public services alone
-// (what the public HTTP and HTTPS ports route), and internalRevs the
+// (what the public HTTP and HTTPS ports route; the very map hosts is while
+// no service is internal), and internalRevs the
 // revisions of internal services, which X-Serverless-Revision reaches on
 // the internal listener only. On a public port an internal service's names
 // and revisions are thus looked up exactly as names nobody routes.
