@@ -22,9 +22,22 @@ func (g *Gateway) rebuild() {
 
 	probed := g.prober.successes()
 	revs := g.cat.Revisions()
+	services := g.cat.Services()
 	t := &table{
 		hosts:     map[string]*route{},
 		revisions: make(map[string]*revision, len(revs)),
+	}
+	// internal are the internal services, by namespace/name. Without any,
+	// the public ports' names are all names (one map, below).
+	var internal map[string]bool
+	for _, s := range services {
+		if s.Internal {
+			if internal == nil {
+				internal = map[string]bool{}
+				t.public = map[string]*route{}
+			}
+			internal[orDefaultNamespace(s.Namespace)+"/"+s.Name] = true
+		}
 	}
 	want := map[probeKey]string{}
 	known := map[probeKey]bool{}
@@ -65,6 +78,12 @@ func (g *Gateway) rebuild() {
 			}
 		}
 		t.revisions[cr.Name] = r
+		if internal[r.namespace+"/"+r.service] {
+			if t.internalRevs == nil {
+				t.internalRevs = map[string]bool{}
+			}
+			t.internalRevs[cr.Name] = true
+		}
 	}
 	for name, r := range g.revs {
 		if _, ok := t.revisions[name]; !ok {
@@ -78,18 +97,15 @@ func (g *Gateway) rebuild() {
 	}
 
 	counters := map[string]*atomic.Uint64{}
-	for _, s := range g.cat.Services() {
-		ns := s.Namespace
-		if ns == "" {
-			ns = spec.DefaultNamespace
-		}
+	for _, s := range services {
+		ns := orDefaultNamespace(s.Namespace)
 		key := ns + "/" + s.Name
 		c := g.counters[key]
 		if c == nil {
 			c = &atomic.Uint64{}
 		}
 		counters[key] = c
-		main := &route{service: s.Name, namespace: ns, counter: c, redirect: s.HTTPSRedirect}
+		main := &route{service: s.Name, namespace: ns, counter: c, redirect: s.HTTPSRedirect, internal: s.Internal}
 		total := 0
 		for _, sp := range s.Route.Splits {
 			if sp.Percent > 0 {
@@ -125,10 +141,13 @@ func (g *Gateway) rebuild() {
 		slices.Sort(tags)
 		for _, tag := range tags {
 			rev := s.Route.Tags[tag]
-			tr := &route{service: s.Name, namespace: ns, tag: tag, counter: c, redirect: s.HTTPSRedirect,
+			tr := &route{service: s.Name, namespace: ns, tag: tag, counter: c, redirect: s.HTTPSRedirect, internal: s.Internal,
 				targets: []target{{name: rev, rev: t.revisions[rev]}}}
 			g.addHost(t, tagHost(tag, s.Name, ns, g.domain), tr)
 		}
+	}
+	if t.public == nil {
+		t.public = t.hosts
 	}
 	g.counters = counters
 	g.table.Store(t)
@@ -154,17 +173,37 @@ func passingAllocs(allocs []catalog.Allocation, ready []consulroute.Instance) []
 	return ids
 }
 
-// addHost adds a host unless another route has it: a service's own host wins
-// over a tag host that spells the same name (tag "a" of service "b" against
-// service "a-b"), and the first service (by name) wins between services.
+// orDefaultNamespace is ns, or spec.DefaultNamespace when empty.
+func orDefaultNamespace(ns string) string {
+	if ns == "" {
+		return spec.DefaultNamespace
+	}
+	return ns
+}
+
+// addHost adds a host to the internal listener's names, and to the public
+// ports' when rt is a public service's (while t.public is nil there is no
+// internal service, and rebuild makes the two one map): see claimHost.
 func (g *Gateway) addHost(t *table, host string, rt *route) {
 	host = strings.ToLower(host)
-	if old, ok := t.hosts[host]; ok {
+	g.claimHost(t.hosts, host, rt)
+	if t.public != nil && !rt.internal {
+		g.claimHost(t.public, host, rt)
+	}
+}
+
+// claimHost adds a host to hosts unless another route has it: a service's
+// own host wins over a tag host that spells the same name (tag "a" of
+// service "b" against service "a-b"), and the first service (by name) wins
+// between services. On the public ports an internal service claims
+// nothing, so a public service's name there never loses to it.
+func (g *Gateway) claimHost(hosts map[string]*route, host string, rt *route) {
+	if old, ok := hosts[host]; ok {
 		kept, other := old, rt
 		if old.tag != "" && rt.tag == "" {
 			kept, other = rt, old
 		}
-		t.hosts[host] = kept
+		hosts[host] = kept
 		// Said once per host, not at every rebuild.
 		if !g.conflicts[host] {
 			g.conflicts[host] = true
@@ -173,7 +212,7 @@ func (g *Gateway) addHost(t *table, host string, rt *route) {
 		}
 		return
 	}
-	t.hosts[host] = rt
+	hosts[host] = rt
 }
 
 func describeRoute(rt *route) string {

@@ -532,25 +532,45 @@ func (g *Gateway) maybeWake(r *revision) {
 // own (idle ones at once, busy ones after their response), but it does
 // not wait for them: Run does, when its context ends, so stop both.
 func (g *Gateway) Server(addr string) *http.Server {
-	t := newTakeOver(g, g.serveHTTP, nil)
+	return g.plainServer(addr, g.serveHTTP)
+}
+
+// InternalServer is Server for the internal listener (serve
+// -internal-listen): the same limits, protocols and keep-alive loop, and
+// the same routing, split, queue and wake from zero, for every service,
+// internal and public alike (Knative's cluster-local: inside the cluster
+// everything is reachable). It has no HTTPS, no ACME challenges and no
+// redirects. Serve it on Listener(ln) as well.
+func (g *Gateway) InternalServer(addr string) *http.Server {
+	return g.plainServer(addr, g.serveInternal)
+}
+
+// plainServer is the server of a plain (h1 and h2c) listener whose
+// requests serve handles.
+func (g *Gateway) plainServer(addr string, serve http.HandlerFunc) *http.Server {
+	t := newTakeOver(g, serve, nil)
 	// HTTP/1.1, and HTTP/2 with prior knowledge (h2c: what gRPC clients
 	// without TLS speak). Every HTTP/2 stream is a request like any other:
 	// routed, split, counted and held at zero on its own.
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
+	takeOrServe := func(w http.ResponseWriter, r *http.Request) {
+		if t.eligible(r) && t.serve(w, r) {
+			return
+		}
+		serve(w, r)
+	}
 	srv := &http.Server{
 		Addr:              addr,
-		Handler:           h2Guard{g: g, next: g.ServeHTTP}, // rapid reset: h2reset.go
+		Handler:           h2Guard{g: g, next: takeOrServe}, // rapid reset: h2reset.go
 		Protocols:         &protos,
 		HTTP2:             http2Limits(),
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
 		IdleTimeout:       g.cfg.IdleTimeout,
 		MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
-		ConnContext: func(ctx context.Context, nc net.Conn) context.Context {
-			return withH2Conn(context.WithValue(ctx, takeOverKey{}, t), nc)
-		},
+		ConnContext:       withH2Conn,
 	}
 	srv.RegisterOnShutdown(t.shutdown)
 	return srv

@@ -11,17 +11,18 @@ import (
 )
 
 // takeOver moves the keep-alive connections of a server from
-// Gateway.Server into the gateway's own HTTP/1.1 loop (package keepalive):
+// Gateway.Server (or InternalServer, or TLSServer) into the gateway's own HTTP/1.1 loop (package keepalive):
 // net/http's per-request machinery cost the gateway as much CPU as the
 // sidecar and the app together on a plain request.
 //
-// The first plain request on a connection reaches ServeHTTP through
-// net/http as usual; ServeHTTP hijacks the connection and the loop serves
+// The first plain request on a connection reaches the server's handler
+// through net/http as usual; the handler hijacks the connection and the loop serves
 // that request and the ones after it. A request the loop does not take (a
 // body, an upgrade, HTTP/1.0, anything odd) hands the connection, unread
 // bytes included, to a second net/http server with the same limits
 // (fallback), which serves it and the rest of that connection as net/http
-// always would (its handler is serveHTTP: no takeover there). Shutdown on
+// always would (its handler is the listener's serve function: no takeover
+// there). Shutdown on
 // the public server reaches both (a RegisterOnShutdown hook); Run, when it
 // ends, waits for the loop's connections, which net/http no longer tracks.
 type takeOver struct {
@@ -38,9 +39,6 @@ type takeOver struct {
 	fallback   *http.Server // made on first use
 	fallbackLn *keepalive.ConnQueue
 }
-
-// takeOverKey carries a server's takeOver in its connections' contexts.
-type takeOverKey struct{}
 
 func newTakeOver(g *Gateway, handler http.HandlerFunc, connContext func(context.Context, net.Conn) context.Context) *takeOver {
 	t := &takeOver{g: g, handler: handler, connContext: connContext}

@@ -64,29 +64,36 @@ func forwardOf(r *http.Request) *forward {
 	return f
 }
 
-// ServeHTTP routes and proxies one user request. A plain request on a
-// keep-alive connection of a server from Gateway.Server moves the
-// connection into the gateway's own keep-alive loop (keepalive.go), which
-// serves it and the requests that follow.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if t, ok := r.Context().Value(takeOverKey{}).(*takeOver); ok && t.eligible(r) && t.serve(w, r) {
-		return
-	}
-	g.serveHTTP(w, r)
+// ServeHTTP routes and proxies one user request as the public HTTP port
+// does. The servers from Server and InternalServer wrap it (or its
+// internal twin) with the keep-alive loop (keepalive.go).
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.serveHTTP(w, r) }
+
+// serveHTTP routes and proxies one request of a public port (HTTP or
+// HTTPS), whichever server read it.
+func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) { g.serve(w, r, publicScope) }
+
+// serveInternal routes and proxies one request of the internal listener.
+func (g *Gateway) serveInternal(w http.ResponseWriter, r *http.Request) {
+	g.serve(w, r, internalScope)
 }
 
-// serveHTTP routes and proxies one request, whichever server read it.
-func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+// serve routes and proxies one request that came in on listener sc. Both
+// kinds of listener share everything past routing: the split, the queue
+// and wake from zero, balancing, retries.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 	start := time.Now()
 	defer g.recoverPanic(w, r)
 
 	rc := http.NewResponseController(w)
 	t := g.table.Load()
 	host := canonicalHost(r.Host)
-	if g.tls != nil && r.TLS == nil && g.plainHTTPTLS(w, r, t, host) {
+	// ACME's challenges and the redirects to HTTPS belong to the public
+	// HTTP port: the internal listener has no HTTPS to send anyone to.
+	if g.tls != nil && r.TLS == nil && sc == publicScope && g.plainHTTPTLS(w, r, t, host) {
 		return
 	}
-	rev, rt, tg, res := t.resolve(host, r.Header[revisionHeaderKey])
+	rev, rt, tg, res := t.resolve(host, r.Header[revisionHeaderKey], sc)
 	if res != resolved {
 		// Deadlines for our own short answer; a kept-alive connection
 		// must not inherit an earlier request's.

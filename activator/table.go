@@ -9,10 +9,32 @@ import (
 // revision for requests that carry X-Serverless-Revision. A new one replaces
 // the old through an atomic pointer whenever the catalog or an instance's
 // state changes, so requests read it without a lock.
+//
+// Internal services (visibility = "internal", Knative's cluster-local) are
+// routed on the internal listener only: hosts holds every name (what the
+// internal listener routes), public the names of public services alone
+// (what the public HTTP and HTTPS ports route; the very map hosts is while
+// no service is internal), and internalRevs the
+// revisions of internal services, which X-Serverless-Revision reaches on
+// the internal listener only. On a public port an internal service's names
+// and revisions are thus looked up exactly as names nobody routes.
 type table struct {
-	hosts     map[string]*route
-	revisions map[string]*revision
+	hosts, public map[string]*route
+	revisions     map[string]*revision
+	internalRevs  map[string]bool // nil when no service is internal
 }
+
+// scope is which of the gateway's listeners a request came in on.
+type scope uint8
+
+const (
+	// publicScope: the public HTTP and HTTPS ports, where only public
+	// services are routed.
+	publicScope scope = iota
+	// internalScope: the internal listener (serve -internal-listen),
+	// where every service is routed, as inside a Kubernetes cluster.
+	internalScope
+)
 
 // route is where one host's requests go: a service's traffic split, or a
 // single tagged revision.
@@ -20,6 +42,7 @@ type route struct {
 	service, namespace string
 	tag                string // "" for the service's own split
 	redirect           bool   // plain HTTP goes to HTTPS (tls.go)
+	internal           bool   // served on the internal listener only
 	targets            []target
 	// slots assigns each of 100 request slots to a target, in proportion
 	// to the percentages; requests walk the slots in a stride order (see
@@ -60,11 +83,15 @@ const (
 	unknownHeaderR            // 404: header names a revision the catalog lacks
 )
 
-// resolve routes a request: by host first; for hosts it does not know, by
-// the revision the request already names (mesh failover, catalog stand-in).
-// It allocates nothing (see BenchmarkResolve).
-func (t *table) resolve(host string, revHeader []string) (*revision, *route, *target, resolution) {
-	if rt, ok := t.hosts[host]; ok {
+// resolve routes a request that came in on listener sc: by host first; for
+// hosts it does not know, by the revision the request already names (mesh
+// failover, catalog stand-in). It allocates nothing (see BenchmarkResolve).
+func (t *table) resolve(host string, revHeader []string, sc scope) (*revision, *route, *target, resolution) {
+	hosts := t.public
+	if sc == internalScope {
+		hosts = t.hosts
+	}
+	if rt, ok := hosts[host]; ok {
 		if len(rt.targets) == 0 {
 			return nil, rt, nil, noTraffic
 		}
@@ -75,7 +102,7 @@ func (t *table) resolve(host string, revHeader []string) (*revision, *route, *ta
 		return tg.rev, rt, tg, resolved
 	}
 	if len(revHeader) > 0 && revHeader[0] != "" {
-		if r, ok := t.revisions[revHeader[0]]; ok {
+		if r, ok := t.revisions[revHeader[0]]; ok && (sc == internalScope || !t.internalRevs[revHeader[0]]) {
 			return r, nil, nil, resolved
 		}
 		return nil, nil, nil, unknownHeaderR

@@ -51,7 +51,7 @@ func TestSplitIsExactAndInterleaved(t *testing.T) {
 	counts := map[string]int{}
 	longestRun, run, last := 0, 0, ""
 	for range 1000 {
-		rev, _, _, res := tb.resolve("hello.default.localhost", nil)
+		rev, _, _, res := tb.resolve("hello.default.localhost", nil, publicScope)
 		if res != resolved {
 			t.Fatalf("resolution %v", res)
 		}
@@ -105,7 +105,7 @@ func TestResolveHostsTagsDomainsAndHeader(t *testing.T) {
 		{"quiet.default.localhost", nil, "", noTraffic},
 		{"t-quiet.default.localhost", nil, "quiet-00001", resolved},
 	} {
-		rev, _, _, res := tb.resolve(tc.host, tc.header)
+		rev, _, _, res := tb.resolve(tc.host, tc.header, publicScope)
 		name := ""
 		if rev != nil {
 			name = rev.name
@@ -125,7 +125,7 @@ func TestRouteToUnknownRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, tg, res := g.table.Load().resolve("hello.default.localhost", nil)
+	_, _, tg, res := g.table.Load().resolve("hello.default.localhost", nil, publicScope)
 	if res != unknownTarget || tg.name != "hello-00001" {
 		t.Fatalf("got %v %+v, want unknownTarget hello-00001", res, tg)
 	}
@@ -141,7 +141,7 @@ func TestServiceHostWinsOverTagHost(t *testing.T) {
 			Splits: []consulroute.Split{{Revision: "a-b-00001", Percent: 100}},
 		}},
 	)
-	rev, _, _, _ := tb.resolve("a-b.default.localhost", nil)
+	rev, _, _, _ := tb.resolve("a-b.default.localhost", nil, publicScope)
 	if rev == nil || rev.name != "a-b-00001" {
 		t.Fatalf("a-b.default.localhost routed to %v, want service a-b", rev)
 	}
@@ -158,7 +158,7 @@ func BenchmarkResolve(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		rev, _, _, _ := tb.resolve(canonicalHost(hosts[i%len(hosts)]), nil)
+		rev, _, _, _ := tb.resolve(canonicalHost(hosts[i%len(hosts)]), nil, publicScope)
 		if rev != nil {
 			sink.Add(1)
 		}
@@ -171,8 +171,8 @@ func TestResolveAllocatesNothing(t *testing.T) {
 	}})
 	hdr := []string{"hello-00001"}
 	allocs := testing.AllocsPerRun(1000, func() {
-		tb.resolve(canonicalHost("hello.default.localhost:8080"), nil)
-		tb.resolve(canonicalHost("10.1.1.1"), hdr)
+		tb.resolve(canonicalHost("hello.default.localhost:8080"), nil, publicScope)
+		tb.resolve(canonicalHost("10.1.1.1"), hdr, publicScope)
 	})
 	if allocs != 0 {
 		t.Fatalf("routing allocates %.1f times per request, want 0", allocs)

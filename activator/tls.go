@@ -51,7 +51,9 @@ func (g *Gateway) plainHTTPTLS(w http.ResponseWriter, r *http.Request, t *table,
 		}
 		return false
 	}
-	rt := t.hosts[host]
+	// The public names only: an internal service's name is redirected
+	// no more than a name nobody routes.
+	rt := t.public[host]
 	if rt == nil || !rt.redirect || !g.tls.HasCertificate(host) {
 		return false
 	}
@@ -74,15 +76,18 @@ type Host struct {
 	Host, Service, Namespace string
 	// Tag is the tag the name routes to ("" for the service's split).
 	Tag string
+	// Internal: the name is an internal service's, routed on the
+	// internal listener only.
+	Internal bool
 }
 
-// Hosts lists the names the gateway routes now, sorted: the names a
-// certificate is wanted for.
+// Hosts lists the names the gateway routes now on any listener, sorted:
+// the names a certificate may be wanted for.
 func (g *Gateway) Hosts() []Host {
 	t := g.table.Load()
 	out := make([]Host, 0, len(t.hosts))
 	for h, rt := range t.hosts {
-		out = append(out, Host{Host: h, Service: rt.service, Namespace: rt.namespace, Tag: rt.tag})
+		out = append(out, Host{Host: h, Service: rt.service, Namespace: rt.namespace, Tag: rt.tag, Internal: rt.internal})
 	}
 	slices.SortFunc(out, func(a, b Host) int { return strings.Compare(a.Host, b.Host) })
 	return out

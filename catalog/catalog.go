@@ -61,6 +61,9 @@ type Service struct {
 	// HTTPSRedirect sends the service's plain HTTP requests to HTTPS
 	// (spec.HTTPS).
 	HTTPSRedirect bool `json:"https_redirect,omitempty"`
+	// Internal serves the service on the gateway's internal listener
+	// only (spec.VisibilityInternal).
+	Internal bool `json:"internal,omitempty"`
 }
 
 // Catalog is safe for concurrent use. Readers get copies; Changed lets a

@@ -81,6 +81,12 @@ type Config struct {
 // Name is a host the gateway routes, and what it routes to.
 type Name struct {
 	Host, Service, Namespace string
+	// Internal: the name is an internal service's (visibility =
+	// "internal"), routed on the gateway's internal listener only, which
+	// has no HTTPS. ACME never orders it: an order would publish the name
+	// in the CA's certificate transparency logs, and the public HTTPS
+	// port answers it as a name nobody routes anyway.
+	Internal bool
 }
 
 // Manager gives the gateway's HTTPS listener its certificates: it selects
@@ -366,14 +372,14 @@ func (m *Manager) reconcileLocked() {
 		return
 	}
 	var add []string
-	for host := range m.names {
-		if _, ok := m.managing[host]; !ok && m.acmeEligible(host) == "" {
+	for host, n := range m.names {
+		if _, ok := m.managing[host]; !ok && m.acmeEligible(n) == "" {
 			add = append(add, host)
 		}
 	}
 	var remove []certmagic.SubjectIssuer
 	for host, cancel := range m.managing {
-		if _, routed := m.names[host]; !routed || m.acmeEligible(host) != "" {
+		if n, routed := m.names[host]; !routed || m.acmeEligible(n) != "" {
 			cancel()
 			delete(m.managing, host)
 			remove = append(remove, certmagic.SubjectIssuer{Subject: host})
@@ -402,10 +408,13 @@ func (m *Manager) reconcileLocked() {
 	}
 }
 
-// acmeEligible says why host gets no ACME certificate, or "" when it
-// does.
-func (m *Manager) acmeEligible(host string) string {
+// acmeEligible says why a routed name gets no ACME certificate, or ""
+// when it does.
+func (m *Manager) acmeEligible(n Name) string {
+	host := n.Host
 	switch {
+	case n.Internal:
+		return "an internal service's name (served on the internal listener only, without HTTPS); ACME orders none for it"
 	case m.files.Load().covers(host):
 		return "covered by a certificate file"
 	case m.secrets.Load().covers(host):
@@ -614,7 +623,7 @@ func (m *Manager) Status() []NameStatus {
 			if m.magic == nil {
 				s.Note = "no certificate covers it and ACME is off (serve -acme-email)"
 			} else {
-				s.Note = "no certificate covers it and ACME does not order it: " + m.acmeEligible(n.Host)
+				s.Note = "no certificate covers it and ACME does not order it: " + m.acmeEligible(n)
 			}
 		}
 		out = append(out, s)

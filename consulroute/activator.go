@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -24,6 +25,9 @@ const (
 	MetaDomain = "domain"
 	// MetaHTTPSPort is the gateway's HTTPS port, when it has one.
 	MetaHTTPSPort = "https-port"
+	// MetaInternal is the address (host:port) of the gateway's internal
+	// listener, when it has one.
+	MetaInternal = "internal"
 )
 
 // ActivatorRegistration is one control-plane replica's entry in the
@@ -41,6 +45,13 @@ type ActivatorRegistration struct {
 	Domain string
 	// HTTPSPort is the gateway's HTTPS port (0: none).
 	HTTPSPort int
+	// InternalAddress and InternalPort are where the gateway's internal
+	// listener serves every service, internal ones included (port 0:
+	// none). It is registered as its own instance of
+	// spec.InternalServiceName, which internal services' revisions fail
+	// over to in the mesh.
+	InternalAddress string
+	InternalPort    int
 	// CheckInterval and CheckTimeout of the HTTP check; default 2s and 1s.
 	CheckInterval time.Duration
 	CheckTimeout  time.Duration
@@ -54,6 +65,12 @@ func (c *Client) activatorID(id string) string {
 		return id
 	}
 	return spec.ActivatorServiceName + "-" + c.replica
+}
+
+// internalID is the Consul service ID of the internal listener of the
+// replica whose activator registration is activatorID.
+func internalID(activatorID string) string {
+	return spec.InternalServiceName + "-" + strings.TrimPrefix(activatorID, spec.ActivatorServiceName+"-")
 }
 
 // RegisterActivator registers this replica in the nomad-serverless-activator
@@ -70,6 +87,10 @@ func (c *Client) RegisterActivator(ctx context.Context, reg ActivatorRegistratio
 		return fmt.Errorf("%s: port %d is not a TCP port", op, reg.Port)
 	case reg.AdminPort <= 0 || reg.AdminPort > 65535:
 		return fmt.Errorf("%s: admin port %d is not a TCP port", op, reg.AdminPort)
+	case reg.InternalPort < 0 || reg.InternalPort > 65535:
+		return fmt.Errorf("%s: internal port %d is not a TCP port", op, reg.InternalPort)
+	case reg.InternalPort != 0 && reg.InternalAddress == "":
+		return fmt.Errorf("%s: the internal listener's address is empty", op)
 	}
 	if reg.CheckInterval <= 0 {
 		reg.CheckInterval = 2 * time.Second
@@ -112,8 +133,41 @@ func (c *Client) RegisterActivator(ctx context.Context, reg ActivatorRegistratio
 	if reg.HTTPSPort != 0 {
 		svc.Meta[MetaHTTPSPort] = strconv.Itoa(reg.HTTPSPort)
 	}
+	internal := net.JoinHostPort(reg.InternalAddress, strconv.Itoa(reg.InternalPort))
+	if reg.InternalPort != 0 {
+		svc.Meta[MetaInternal] = internal
+	}
 	if err := c.api.Agent().ServiceRegisterOpts(svc, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)); err != nil {
 		return c.wrap(op+" "+svc.ID, err)
+	}
+	if reg.InternalPort == 0 {
+		return nil
+	}
+	if err := c.ensureHTTPDefaults(ctx, spec.InternalServiceName); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	in := &api.AgentServiceRegistration{
+		ID:      internalID(svc.ID),
+		Name:    spec.InternalServiceName,
+		Tags:    []string{spec.TagServerless},
+		Port:    reg.InternalPort,
+		Address: reg.InternalAddress,
+		Meta:    map[string]string{MetaReplica: c.replica, MetaInternal: internal},
+		Check: &api.AgentServiceCheck{
+			Name: "gateway healthy",
+			// An alias of the activator registration's check: the
+			// internal listener lives and dies with the same serve, and
+			// Consul probes nothing more for it.
+			AliasService:                   svc.ID,
+			Status:                         api.HealthPassing,
+			DeregisterCriticalServiceAfter: reg.DeregisterAfter.String(),
+		},
+	}
+	if reg.Domain != "" {
+		in.Meta[MetaDomain] = reg.Domain
+	}
+	if err := c.api.Agent().ServiceRegisterOpts(in, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)); err != nil {
+		return c.wrap(op+": register the internal listener "+in.ID, err)
 	}
 	return nil
 }
@@ -128,6 +182,9 @@ type Gateway struct {
 	AdminPort int    `json:"admin_port,omitempty"`
 	Domain    string `json:"domain,omitempty"`
 	HTTPSPort int    `json:"https_port,omitempty"`
+	// Internal is the address (host:port) of the replica's internal
+	// listener; "" when it has none.
+	Internal string `json:"internal,omitempty"`
 }
 
 // HostPort is where the gateway serves requests.
@@ -178,6 +235,7 @@ func (c *Client) Gateways(ctx context.Context) ([]Gateway, error) {
 		}
 		g.AdminPort, _ = strconv.Atoi(e.Service.Meta[spec.ServiceMetaAdminPort])
 		g.HTTPSPort, _ = strconv.Atoi(e.Service.Meta[MetaHTTPSPort])
+		g.Internal = e.Service.Meta[MetaInternal]
 		out = append(out, g)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -206,6 +264,11 @@ func (c *Client) ActivatorRegistered(ctx context.Context, id string) (bool, erro
 // given to RegisterActivator; empty for the default).
 func (c *Client) DeregisterActivator(ctx context.Context, id string) error {
 	id = c.activatorID(id)
+	// The internal listener first: its check is an alias of the
+	// activator's, and the mesh must stop failing over to it.
+	if err := c.deregister(ctx, "deregister the internal listener "+internalID(id), internalID(id)); err != nil {
+		return err
+	}
 	return c.deregister(ctx, "deregister the activator "+id, id)
 }
 

@@ -50,9 +50,13 @@ func desiredEntries(rec Record, route Route) entrySet {
 		set.defaults = append(set.defaults, serviceDefaults(rev))
 	}
 	set.defaults = append(set.defaults, serviceDefaults(spec.ActivatorServiceName))
+	internal := rec.Service.Internal()
+	if internal {
+		set.defaults = append(set.defaults, serviceDefaults(spec.InternalServiceName))
+	}
 
 	for _, rev := range revs {
-		set.resolvers = append(set.resolvers, revisionResolver(rev))
+		set.resolvers = append(set.resolvers, revisionResolver(rev, internal))
 	}
 	set.router = routerFor(route)
 	set.splitter = splitterFor(route)
@@ -77,14 +81,21 @@ func withProtocol(cur, want *api.ServiceConfigEntry) *api.ServiceConfigEntry {
 
 // revisionResolver fails over to the activator when the revision has no
 // healthy instance, so a mesh client calling a scaled-to-zero revision
-// reaches the activator, which wakes it (fixture 033).
-func revisionResolver(rev string) *api.ServiceResolverConfigEntry {
+// reaches the activator, which wakes it (fixture 033). An internal
+// service's revisions fail over to the gateways' internal listeners
+// (spec.InternalServiceName) instead: the public port answers an internal
+// revision named by X-Serverless-Revision as one that does not exist.
+func revisionResolver(rev string, internal bool) *api.ServiceResolverConfigEntry {
+	target := spec.ActivatorServiceName
+	if internal {
+		target = spec.InternalServiceName
+	}
 	return &api.ServiceResolverConfigEntry{
 		Kind:           api.ServiceResolver,
 		Name:           rev,
 		ConnectTimeout: ResolverConnectTimeout,
 		Failover: map[string]api.ServiceResolverFailover{
-			"*": {Targets: []api.ServiceResolverFailoverTarget{{Service: spec.ActivatorServiceName}}},
+			"*": {Targets: []api.ServiceResolverFailoverTarget{{Service: target}}},
 		},
 	}
 }

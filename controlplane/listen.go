@@ -27,6 +27,11 @@ type listeners struct {
 	// listener that completes its handshakes.
 	https, httpsTLS net.Listener
 	httpsSrv        *http.Server
+	// internal is the gateway's internal listener (nil without one),
+	// where internal services are served too; plain HTTP, screened as
+	// the gateway's port is.
+	internal, internalScreened net.Listener
+	internalSrv                *http.Server
 	// Both sockets screen request heads for smuggling (CL with TE,
 	// duplicate CL, obs-fold) before net/http reads them.
 	gatewayScreened, adminScreened net.Listener
@@ -54,7 +59,7 @@ func listen(ctx context.Context, c Config) (*listeners, error) {
 			admin.Close()
 			return nil, err
 		}
-		l.gateway, l.https = held[SocketGateway], held[SocketHTTPS]
+		l.gateway, l.https, l.internal = held[SocketGateway], held[SocketHTTPS], held[SocketInternal]
 		for _, hl := range held {
 			f, err := hl.(*net.TCPListener).File()
 			if err != nil {
@@ -70,6 +75,9 @@ func listen(ctx context.Context, c Config) (*listeners, error) {
 		case c.HTTPS.Listen != "" && l.https == nil:
 			l.close()
 			return nil, fmt.Errorf("the socket keeper at %s holds no HTTPS socket: give it -https-listen %s", c.Sockets, c.HTTPS.Listen)
+		case c.InternalListen != "" && l.internal == nil:
+			l.close()
+			return nil, fmt.Errorf("the socket keeper at %s holds no internal listener's socket: give it -internal-listen %s", c.Sockets, c.InternalListen)
 		}
 		return l, nil
 	}
@@ -83,7 +91,30 @@ func listen(ctx context.Context, c Config) (*listeners, error) {
 			return nil, fmt.Errorf("listen for the gateway's HTTPS on %s: %w", c.HTTPS.Listen, err)
 		}
 	}
+	if c.InternalListen != "" {
+		if l.internal, err = net.Listen("tcp", c.InternalListen); err != nil {
+			l.close()
+			return nil, fmt.Errorf("listen for the gateway's internal listener on %s: %w", c.InternalListen, err)
+		}
+	}
 	return l, nil
+}
+
+// internalPort is the internal listener's port, 0 without one.
+func (l *listeners) internalPort() int {
+	if l.internal == nil {
+		return 0
+	}
+	return l.internal.Addr().(*net.TCPAddr).Port
+}
+
+// serveInternal serves the internal listener until shutdown (nothing
+// without one); call serveWith first.
+func (l *listeners) serveInternal() error {
+	if l.internalSrv == nil {
+		return nil
+	}
+	return l.served(l.internalSrv.Serve(l.internalScreened))
 }
 
 // httpsPort is the HTTPS port, 0 without one.
@@ -120,6 +151,10 @@ func (l *listeners) adminPort() int   { return l.admin.Addr().(*net.TCPAddr).Por
 func (l *listeners) serveWith(gw *activator.Gateway, admin http.Handler) {
 	l.gatewaySrv = gw.Server(l.listen)
 	l.gatewayScreened = gw.Listener(l.gateway)
+	if l.internal != nil {
+		l.internalSrv = gw.InternalServer(l.internal.Addr().String())
+		l.internalScreened = gw.Listener(l.internal)
+	}
 	l.adminSrv = &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	l.adminScreened = keepalive.ScreenListener{Listener: l.admin, MaxHead: http.DefaultMaxHeaderBytes + 4<<10}
 }
@@ -146,6 +181,9 @@ func (l *listeners) shutdown(ctx context.Context) {
 	if l.httpsSrv != nil {
 		go func() { _ = l.httpsSrv.Shutdown(ctx) }()
 	}
+	if l.internalSrv != nil {
+		go func() { _ = l.internalSrv.Shutdown(ctx) }()
+	}
 	_ = l.gatewaySrv.Shutdown(ctx)
 	_ = l.adminSrv.Shutdown(ctx)
 }
@@ -170,6 +208,9 @@ func (l *listeners) close() {
 	l.stopKept()
 	if l.https != nil {
 		l.https.Close()
+	}
+	if l.internal != nil {
+		l.internal.Close()
 	}
 	if l.httpsTLS != nil {
 		l.httpsTLS.Close()

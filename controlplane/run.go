@@ -39,6 +39,13 @@ type Config struct {
 	// HTTPS configures the gateway's HTTPS port (tls.go); its zero value
 	// serves none.
 	HTTPS HTTPS
+	// InternalListen is the address of the gateway's internal listener
+	// (plain HTTP/1.1 and h2c), where every service is served, internal
+	// ones (visibility = "internal") included; "" opens none, and
+	// internal services are then reachable through the mesh only. Bind
+	// it to the node's private address: it is what other services of
+	// the cluster call.
+	InternalListen string
 	// Replica is this replica's name, unique among the replicas. Consul
 	// must carry the same (consulroute.WithReplica): stand-ins, the
 	// activator registration and the leader lock are named after it.
@@ -210,6 +217,10 @@ func Run(ctx context.Context, c Config) error {
 		return ls.serveGateway()
 	})
 	goRun("admin listener", func(context.Context) error { return ls.serveAdmin() })
+	goRun("gateway internal listener", func(ctx context.Context) error {
+		awaitCatalog(ctx, catalogLoadWait, log, listed, recordsLoaded, readyJoined)
+		return ls.serveInternal()
+	})
 	if certificates != nil {
 		ls.serveHTTPSWith(gw, certificates.TLSConfig())
 		goRun("certificates", certificates.Run)
@@ -224,6 +235,9 @@ func Run(ctx context.Context, c Config) error {
 	}
 
 	self := consulroute.ActivatorRegistration{Address: advertise, Port: gwPort, AdminPort: adminPort, Domain: c.Domain, HTTPSPort: ls.httpsPort()}
+	if port := ls.internalPort(); port != 0 {
+		self.InternalAddress, self.InternalPort = internalAddress(c.InternalListen, advertise), port
+	}
 	if err := consul.RegisterActivator(ctx, self); err != nil {
 		cancel()
 		wg.Wait()
@@ -249,7 +263,7 @@ func Run(ctx context.Context, c Config) error {
 		}, log)
 		return nil
 	})
-	log.Info("serving", "gateway", ls.gateway.Addr().String(), "https", ls.httpsPort(), "admin", ls.admin.Addr().String(), "advertise", advertise, "domain", c.Domain)
+	log.Info("serving", "gateway", ls.gateway.Addr().String(), "https", ls.httpsPort(), "internal", ls.internalPort(), "admin", ls.admin.Addr().String(), "advertise", advertise, "domain", c.Domain)
 
 	<-ctx.Done()
 	// Leave the load balancer first, then stop taking requests, then let
@@ -320,6 +334,16 @@ func untilReleased(ctx context.Context, released <-chan struct{}) context.Contex
 		cancel()
 	}()
 	return out
+}
+
+// internalAddress is the IP registered in Consul for the internal
+// listener on listen: its host, or advertise when that is a wildcard.
+func internalAddress(listen, advertise string) string {
+	host, _, err := net.SplitHostPort(listen)
+	if ip := net.ParseIP(host); err != nil || host == "" || (ip != nil && ip.IsUnspecified()) {
+		return advertise
+	}
+	return host
 }
 
 // advertiseAddress is the IP registered in Consul for this replica. Its

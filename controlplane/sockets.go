@@ -31,7 +31,7 @@ import (
 type SocketKeeper struct {
 	// Path is the unix socket serve asks at (in the allocation directory).
 	Path string
-	// Listen maps a role (SocketGateway, SocketHTTPS) to the TCP address
+	// Listen maps a role (SocketGateway, SocketHTTPS, SocketInternal) to the TCP address
 	// to hold for it.
 	Listen map[string]string
 	// Owner, when not nil, is the user serve runs as, given Path (mode
@@ -47,8 +47,9 @@ type SocketKeeper struct {
 
 // The roles of the sockets a keeper holds.
 const (
-	SocketGateway = "gateway"
-	SocketHTTPS   = "https"
+	SocketGateway  = "gateway"
+	SocketHTTPS    = "https"
+	SocketInternal = "internal"
 )
 
 // socketsMessage is the payload sent with the descriptors: the role of

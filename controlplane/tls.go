@@ -65,7 +65,7 @@ func followCertificateNames(ctx context.Context, cat *catalog.Catalog, gw *activ
 			last = hosts
 			names := make([]certs.Name, len(hosts))
 			for i, h := range hosts {
-				names[i] = certs.Name{Host: h.Host, Service: h.Service, Namespace: h.Namespace}
+				names[i] = certs.Name{Host: h.Host, Service: h.Service, Namespace: h.Namespace, Internal: h.Internal}
 			}
 			m.SetNames(names)
 		}

@@ -47,6 +47,10 @@ job "nomad-serverless" {
       port "https" {
         static = 443
       }
+
+      port "internal" {
+        static = 8082
+      }
     }
 
     task "serve" {
@@ -56,7 +60,7 @@ job "nomad-serverless" {
       kill_signal    = "SIGTERM"
 
       config {
-        args         = ["serve", "-listen", ":${NOMAD_PORT_gateway}", "-admin-listen", "${NOMAD_IP_admin}:${NOMAD_PORT_admin}", "-domain", "example.com", "-replica", "${NOMAD_ALLOC_ID}", "-https-port", "${NOMAD_PORT_https}", "-sockets", "${NOMAD_ALLOC_DIR}/gateway-sockets.sock"]
+        args         = ["serve", "-listen", ":${NOMAD_PORT_gateway}", "-admin-listen", "${NOMAD_IP_admin}:${NOMAD_PORT_admin}", "-domain", "example.com", "-replica", "${NOMAD_ALLOC_ID}", "-https-port", "${NOMAD_PORT_https}", "-internal-listen", "${NOMAD_IP_internal}:${NOMAD_PORT_internal}", "-sockets", "${NOMAD_ALLOC_DIR}/gateway-sockets.sock"]
         image        = "ghcr.io/nomad-serverless/nomad-serverless:latest"
         network_mode = "host"
       }
@@ -113,7 +117,7 @@ job "nomad-serverless" {
       }
 
       config {
-        args         = ["keep-sockets", "-socket", "${NOMAD_ALLOC_DIR}/gateway-sockets.sock", "-listen", ":${NOMAD_PORT_gateway}", "-https-listen", ":${NOMAD_PORT_https}", "-owner", "65532"]
+        args         = ["keep-sockets", "-socket", "${NOMAD_ALLOC_DIR}/gateway-sockets.sock", "-listen", ":${NOMAD_PORT_gateway}", "-https-listen", ":${NOMAD_PORT_https}", "-internal-listen", "${NOMAD_IP_internal}:${NOMAD_PORT_internal}", "-owner", "65532"]
         cap_add      = ["net_bind_service"]
         image        = "ghcr.io/nomad-serverless/nomad-serverless:latest"
         network_mode = "host"

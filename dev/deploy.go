@@ -93,6 +93,14 @@ func deploy(ctx context.Context, e Env, c Config, a *devagents.Agents) error {
 	}
 	host := svc.Name + "." + svc.Namespace + "." + c.Domain
 	gw := "http://" + dialAddr(c.Listen)
+	if svc.Internal() {
+		if c.InternalListen == "" {
+			return fail("%s is internal (visibility = \"internal\"): it answers on serve's internal listener only, and dev runs none (-internal-listen \"\"); stopping everything.", svc.Name)
+		}
+		// The public port answers an internal service's names as unknown.
+		gw = "http://" + dialAddr(c.InternalListen)
+		fmt.Fprintf(e.Stdout, "\n%s is internal: it answers on serve's internal listener, not on the gateway's port.", svc.Name)
+	}
 	fmt.Fprintf(e.Stdout, "\n%s is at http://%s/\n  $ curl -H 'Host: %s' %s/\n", svc.Name, host, host, gw)
 
 	r := request(ctx, gw+"/", host)

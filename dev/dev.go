@@ -21,6 +21,11 @@ import (
 type Config struct {
 	Listen, AdminListen, Domain   string
 	ConsulHTTPPort, NomadHTTPPort int
+
+	// InternalListen is serve's -internal-listen, where internal services
+	// (visibility = "internal") are served too; "" opens none.
+	InternalListen string
+
 	// DataDir holds the agents' configs, data and logs; empty makes a
 	// temporary one that is removed at the end (kept when dev fails).
 	DataDir string
@@ -112,6 +117,12 @@ func Run(ctx context.Context, e Env, c Config) (err error) {
 	if err != nil {
 		return fail("-admin-listen %q: %v", c.AdminListen, err)
 	}
+	internalPort := 0
+	if c.InternalListen != "" {
+		if internalPort, err = listenPort(c.InternalListen); err != nil {
+			return fail("-internal-listen %q: %v", c.InternalListen, err)
+		}
+	}
 	for _, chk := range []struct {
 		port       int
 		what, hint string
@@ -120,7 +131,11 @@ func Run(ctx context.Context, e Env, c Config) (err error) {
 		{c.NomadHTTPPort, "Nomad HTTP", "another Nomad agent? stop it or pass -nomad-port"},
 		{gwPort, "gateway", "pass -listen 127.0.0.1:<port>"},
 		{adminPort, "admin API", "pass -admin-listen 127.0.0.1:<port>"},
+		{internalPort, "internal listener", "pass -internal-listen 127.0.0.1:<port>"},
 	} {
+		if chk.port == 0 {
+			continue // no internal listener
+		}
 		if err := devagents.PortFree(chk.port, chk.what); err != nil {
 			return fail("%v (%s)", err, chk.hint)
 		}
@@ -179,9 +194,13 @@ func Run(ctx context.Context, e Env, c Config) (err error) {
 	}()
 
 	fmt.Fprintln(e.Stderr, "Starting the control plane (nomad-serverless serve)...")
+	serveArgs := []string{"serve", "-listen", c.Listen, "-admin-listen", c.AdminListen, "-domain", c.Domain, "-replica", "dev"}
+	if c.InternalListen != "" {
+		serveArgs = append(serveArgs, "-internal-listen", c.InternalListen)
+	}
 	serve, err = devagents.StartProc(devagents.Command{
 		Name: "serve", Path: c.Executable,
-		Args: []string{"serve", "-listen", c.Listen, "-admin-listen", c.AdminListen, "-domain", c.Domain, "-replica", "dev"},
+		Args: serveArgs,
 		Env:  append(devagents.ChildEnv(os.Environ()), "NOMAD_ADDR="+agents.NomadAddr, "CONSUL_HTTP_ADDR="+agents.ConsulAddr),
 		// serve's logs are told apart from dev's own messages.
 		Output: &prefixWriter{prefix: "serve | ", w: e.Stderr},
@@ -254,13 +273,13 @@ nomad-serverless dev is running. Ctrl-C stops everything it started.
   Nomad UI    %[1]s/ui/
   Consul UI   %[2]s/ui/
   Gateway     %[3]s   (Host: <service>.<namespace>.%[4]s)
-  Admin API   %[5]s/v1/autoscaler/revisions
+%[8]s  Admin API   %[5]s/v1/autoscaler/revisions
   Logs        %[6]s
 
 In another terminal:
   export NOMAD_ADDR=%[1]s CONSUL_HTTP_ADDR=%[7]s
 `, a.NomadAddr, a.ConsulURL, gw, c.Domain, "http://"+dialAddr(c.AdminListen),
-		a.Consul.LogPath+", "+a.Nomad.LogPath, a.ConsulAddr)
+		a.Consul.LogPath+", "+a.Nomad.LogPath, a.ConsulAddr, internalLine(c))
 	if c.Deploy != "" {
 		fmt.Fprintln(w)
 		return
@@ -273,6 +292,15 @@ In another terminal:
 After a few seconds without requests the revision scales to zero
 (nomad job scaling-events testapp-00001); the next curl wakes it.
 `, c.Executable, host, gw)
+}
+
+// internalLine is the banner's line for the internal listener ("" without
+// one).
+func internalLine(c Config) string {
+	if c.InternalListen == "" {
+		return ""
+	}
+	return fmt.Sprintf("  Internal    http://%s   (every service, visibility = \"internal\" ones too)\n", dialAddr(c.InternalListen))
 }
 
 // installHelp says which of consul and nomad are missing and where to get

@@ -74,6 +74,7 @@ func testConfig(t *testing.T, f fakeagents.Fakes) Config {
 		// Ports nobody else picks: the agents' own ports of a FillFree.
 		Listen:         "127.0.0.1:" + strconv.Itoa(p.ConsulDNS),
 		AdminListen:    "127.0.0.1:" + strconv.Itoa(p.ConsulServer),
+		InternalListen: "127.0.0.1:" + strconv.Itoa(testbin.FreePort(t)),
 		Domain:         "localhost",
 		ConsulHTTPPort: p.ConsulHTTP,
 		NomadHTTPPort:  p.NomadHTTP,
@@ -163,6 +164,7 @@ func TestDevStartsWaitsAndStopsInOrder(t *testing.T) {
 		fmt.Sprintf("Consul UI   http://127.0.0.1:%d/ui/", c.ConsulHTTPPort),
 		"Gateway     http://" + c.Listen,
 		"Admin API   http://" + c.AdminListen + "/v1/autoscaler/revisions",
+		"Internal    http://" + c.InternalListen + "   (every service",
 		"Logs        " + filepath.Join(c.DataDir, "consul.log") + ", " + filepath.Join(c.DataDir, "nomad.log"),
 		fmt.Sprintf("export NOMAD_ADDR=http://127.0.0.1:%d CONSUL_HTTP_ADDR=127.0.0.1:%d", c.NomadHTTPPort, c.ConsulHTTPPort),
 		c.Executable + " deploy -sidecar-command " + c.Executable + " -var binary=" + c.Executable + " examples/raw-exec.hcl",
@@ -175,7 +177,7 @@ func TestDevStartsWaitsAndStopsInOrder(t *testing.T) {
 
 	joined := strings.Join(f.Lines(t), "\n") + "\n"
 	for _, want := range []string{
-		"args=serve -listen " + c.Listen + " -admin-listen " + c.AdminListen + " -domain localhost -replica dev",
+		"args=serve -listen " + c.Listen + " -admin-listen " + c.AdminListen + " -domain localhost -replica dev -internal-listen " + c.InternalListen,
 		fmt.Sprintf("env serve NOMAD_ADDR=http://127.0.0.1:%d CONSUL_HTTP_ADDR=127.0.0.1:%d NOMAD_TOKEN=\n", c.NomadHTTPPort, c.ConsulHTTPPort),
 		"poll consul leader=none", // dev waited for the election
 	} {

@@ -182,13 +182,20 @@ type gateway struct {
 // while). testbin stops it (SIGTERM) at the end of the test.
 func (h *harness) startServe(replica, listen, admin string) *gateway {
 	h.t.Helper()
+	return h.startServeArgs(replica, listen, admin)
+}
+
+// startServeArgs is startServe with more of serve's flags (for example
+// -internal-listen, -https-port).
+func (h *harness) startServeArgs(replica, listen, admin string, extra ...string) *gateway {
+	h.t.Helper()
 	if listen == "" {
 		listen = "127.0.0.1:" + strconv.Itoa(testbin.FreePort(h.t))
 	}
 	if admin == "" {
 		admin = "127.0.0.1:" + strconv.Itoa(testbin.FreePort(h.t))
 	}
-	p := testbin.Start(h.t, h.bin, []string{"serve", "-listen", listen, "-admin-listen", admin, "-domain", "localhost", "-replica", replica}, h.env)
+	p := testbin.Start(h.t, h.bin, append([]string{"serve", "-listen", listen, "-admin-listen", admin, "-domain", "localhost", "-replica", replica}, extra...), h.env)
 	g := &gateway{proc: p, listen: listen, admin: admin}
 	client := NewClient(4)
 	alive := func() {

@@ -41,7 +41,8 @@ func TestE2E11DevDeploy(t *testing.T) {
 	start := time.Now()
 	p := testbin.Start(t, h.bin, []string{"dev", "-deploy", filepath.Join(root, "examples", "raw-exec.hcl"),
 		"-consul-port", strconv.Itoa(ports.ConsulHTTP), "-nomad-port", strconv.Itoa(ports.NomadHTTP),
-		"-listen", listen, "-admin-listen", "127.0.0.1:" + strconv.Itoa(ports.ConsulServer)}, nil)
+		"-listen", listen, "-admin-listen", "127.0.0.1:" + strconv.Itoa(ports.ConsulServer),
+		"-internal-listen", "127.0.0.1:" + strconv.Itoa(testbin.FreePort(t))}, nil)
 	// dev stops its serve and agents in order on SIGINT: should this test
 	// binary end abruptly, the guard gives it that chance too.
 	h.s.Guard.StopFirst(p.PID(), "dev")

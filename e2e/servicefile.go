@@ -31,6 +31,11 @@ type Service struct {
 	// HostNetwork, when set, is the network block's host_network: the
 	// clients' host network the instances' ports get their address from.
 	HostNetwork string
+	// Visibility, when set, is the service's visibility ("internal":
+	// served on the gateways' internal listener only).
+	Visibility string
+	// HTTPSRedirect writes https { redirect = true }.
+	HTTPSRedirect bool
 	// GRPC, when set, says Binary is the gRPC test app (test/grpcapp, a
 	// plain grpc-go server): run without arguments, with the task's
 	// protocol "h2c" and gRPC readiness.
@@ -131,6 +136,12 @@ func (s Service) HCL() string {
 		fmt.Fprintf(&b, "    scale_to_zero_grace = %q\n", hclDuration(sc.ScaleToZeroGrace))
 	}
 	b.WriteString("  }\n")
+	if s.Visibility != "" {
+		fmt.Fprintf(&b, "\n  visibility = %q\n", s.Visibility)
+	}
+	if s.HTTPSRedirect {
+		b.WriteString("\n  https {\n    redirect = true\n  }\n")
+	}
 	if len(s.Tags)+len(s.Domains) > 0 {
 		b.WriteString("\n")
 	}

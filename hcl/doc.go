@@ -194,6 +194,7 @@
 //	  https {
 //	    redirect = true            # answer plain HTTP with 308 to https://
 //	  }
+//	  visibility = "public"        # or "internal": the gateway's internal listener only
 //	}
 //
 // The tasks start hook by hook: the prestart tasks (init steps run to
@@ -213,6 +214,20 @@
 // (308, method and body kept) once the gateway holds a valid certificate
 // for that name; before that, and for ACME's HTTP-01 challenges, plain
 // HTTP is served as without it. It changes the route, not the revision.
+//
+// visibility = "internal" is Knative's cluster-local: every name of the
+// service (its own, its tags', its domains) gets on the gateway's public
+// HTTP and HTTPS ports exactly the answer a name nobody routes gets (404,
+// no redirect), and its revisions are not reachable there by
+// X-Serverless-Revision either. It is served on the gateway's internal
+// listener (serve -internal-listen; the install job's internal port, on
+// each node's own address), with the same split, tags, queue and wake
+// from zero, and through the mesh, where its revisions fail over to that
+// listener (Consul service nomad-serverless-internal). The internal
+// listener serves public services too, so services of the cluster call
+// everything at one address. ACME orders no certificate for an internal
+// name. "public" (the default) is served on every listener. Like https,
+// it changes the route, not the revision.
 //
 // Durations are strings with a unit ("30s", "1m30s", "250ms"); a bare number
 // is refused because its unit would be a guess. null means "not set".

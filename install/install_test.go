@@ -358,6 +358,11 @@ func TestSocketKeeperTask(t *testing.T) {
 	if testFlag(kargs, "-https-listen") != ":${NOMAD_PORT_https}" {
 		t.Errorf("the keeper's HTTPS = %q", testFlag(kargs, "-https-listen"))
 	}
+	// The internal listener on the node's own address, not every
+	// interface, held by the keeper as the others.
+	if want := "${NOMAD_IP_internal}:${NOMAD_PORT_internal}"; testFlag(sargs, "-internal-listen") != want || testFlag(kargs, "-internal-listen") != want {
+		t.Errorf("internal listener: serve %q, keeper %q, want %q", testFlag(sargs, "-internal-listen"), testFlag(kargs, "-internal-listen"), want)
+	}
 	if keeper.Driver != serve.Driver || keeper.Config["image"] != serve.Config["image"] || keeper.Config["network_mode"] != "host" {
 		t.Errorf("keeper %s %v, serve %s %v: the same binary in the same network", keeper.Driver, keeper.Config, serve.Driver, serve.Config)
 	}
@@ -404,6 +409,8 @@ func TestValidateRejectsBadOptions(t *testing.T) {
 		{func(o *Options) { o.ConsulTLS = "files" }, "-consul-tls \"files\""},
 		{func(o *Options) { o.GatewayTags = []string{"a b"} }, "-gateway-tags"},
 		{func(o *Options) { o.GatewayIP = "eth0" }, "-gateway-ip"},
+		{func(o *Options) { o.InternalPort = o.AdminPort }, "-internal-port 8081 is also"},
+		{func(o *Options) { o.InternalPort = -1 }, "-internal-port -1"},
 	} {
 		o := Defaults()
 		tc.set(&o)

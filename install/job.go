@@ -29,6 +29,12 @@ type Options struct {
 	GatewayIP   string
 	GatewayPort int
 	AdminPort   int
+	// InternalPort is the gateway's internal listener on each node (0:
+	// none), where internal services (visibility = "internal") are
+	// served beside public ones. It binds the address Nomad gives the
+	// port (${NOMAD_IP_internal}: the node's own, private address, not
+	// every interface as the gateway's ports do).
+	InternalPort int
 	// HTTPSPort is the gateway's HTTPS port on each node (0: no HTTPS).
 	// ACMEEmail turns ACME on (serve -acme-email), from ACMEDirectory
 	// ("" is serve's default, Let's Encrypt).
@@ -86,6 +92,7 @@ const (
 	portGateway    = "gateway"
 	portAdmin      = "admin"
 	portHTTPS      = "https"
+	portInternal   = "internal"
 	// Nomad lets every job read the variables under nomad/jobs/<job ID>
 	// without a policy, so the tokens live there.
 	varNomadToken  = "nomad_token"
@@ -119,6 +126,7 @@ func Defaults() Options {
 		Domain:           "example.com",
 		GatewayPort:      8080,
 		AdminPort:        8081,
+		InternalPort:     8082,
 		HTTPSPort:        443,
 		NomadAuth:        AuthIdentity,
 		ConsulAuth:       AuthVariable,
@@ -179,6 +187,14 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("-https-port %d is also the gateway's or the admin API's port: they must differ", o.HTTPSPort))
 		}
 	}
+	if o.InternalPort != 0 {
+		if o.InternalPort < 1 || o.InternalPort > 65535 {
+			errs = append(errs, fmt.Errorf("-internal-port %d: want a port from 1 to 65535, or 0 for no internal listener", o.InternalPort))
+		}
+		if o.InternalPort == o.GatewayPort || o.InternalPort == o.AdminPort || o.InternalPort == o.HTTPSPort {
+			errs = append(errs, fmt.Errorf("-internal-port %d is also the gateway's, the admin API's or HTTPS's port: they must differ", o.InternalPort))
+		}
+	}
 	if (o.ACMEEmail != "" || o.ACMEDirectory != "") && o.HTTPSPort == 0 {
 		errs = append(errs, errors.New("-acme-email and -acme-directory need an HTTPS port (-https-port)"))
 	}
@@ -237,6 +253,9 @@ func reservedPorts(o Options) []api.Port {
 	if o.HTTPSPort != 0 {
 		ports = append(ports, api.Port{Label: portHTTPS, Value: o.HTTPSPort})
 	}
+	if o.InternalPort != 0 {
+		ports = append(ports, api.Port{Label: portInternal, Value: o.InternalPort})
+	}
 	return ports
 }
 
@@ -288,6 +307,14 @@ func Job(o Options, version string) *api.Job {
 		}
 	}
 
+	// The internal listener answers on the node's own address only:
+	// internal services are for the cluster, not for whatever reaches
+	// the node's other interfaces.
+	internalListen := fmt.Sprintf("${NOMAD_IP_%[1]s}:${NOMAD_PORT_%[1]s}", portInternal)
+	if o.InternalPort != 0 {
+		args = append(args, "-internal-listen", internalListen)
+	}
+
 	env := map[string]string{"CONSUL_HTTP_ADDR": o.ConsulAddr}
 	task := &api.Task{
 		Name: taskName,
@@ -316,6 +343,9 @@ func Job(o Options, version string) *api.Job {
 	keeperArgs := []string{"keep-sockets", "-socket", socketPath, "-listen", gatewayListen}
 	if o.HTTPSPort != 0 {
 		keeperArgs = append(keeperArgs, "-https-listen", fmt.Sprintf("%s:${NOMAD_PORT_%s}", o.GatewayIP, portHTTPS))
+	}
+	if o.InternalPort != 0 {
+		keeperArgs = append(keeperArgs, "-internal-listen", internalListen)
 	}
 	keeper := &api.Task{
 		Name:      keeperTaskName,

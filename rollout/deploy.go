@@ -478,16 +478,23 @@ func (d *Deployer) collect(ctx context.Context, svc *spec.Service, latest string
 }
 
 // printURL prints where the service answers, from the gateways registered in
-// Consul.
+// Consul: on their public port, or on their internal listener for an
+// internal service.
 func (d *Deployer) printURL(ctx context.Context, svc *spec.Service) {
 	gws, err := d.consul.Gateways(ctx)
 	if err != nil || len(gws) == 0 {
 		fmt.Fprintf(d.out, "%s: no gateway is running (start `nomad-serverless serve`); mesh clients reach the service as %q\n", svc.Name, svc.Name)
 		return
 	}
-	gw := gws[0]
-	host := svc.Name + "." + svc.Namespace + "." + gw.Domain
-	fmt.Fprintf(d.out, "%s: http://%s/  (curl -H 'Host: %s' http://%s/)\n", svc.Name, host, host, gw.HostPort())
+	where := WhereServed(svc.Internal(), gws)
+	if svc.Internal() {
+		fmt.Fprintf(d.out, "%s: %s\n", svc.Name, where)
+		if where.Listener == "" {
+			return
+		}
+	}
+	host := svc.Name + "." + svc.Namespace + "." + gws[0].Domain
+	fmt.Fprintf(d.out, "%s: http://%s/  (curl -H 'Host: %s' http://%s/)\n", svc.Name, host, host, where.Listener)
 	for _, dom := range svc.Domains {
 		fmt.Fprintf(d.out, "%s: http://%s/\n", svc.Name, dom)
 	}

@@ -240,7 +240,7 @@ func (f *fakeCluster) Health(_ context.Context, rev string) ([]consulroute.Insta
 }
 
 func (f *fakeCluster) Gateways(context.Context) ([]consulroute.Gateway, error) {
-	return []consulroute.Gateway{{Address: "127.0.0.1", Port: 8080, Domain: "localhost"}}, nil
+	return []consulroute.Gateway{{Address: "127.0.0.1", Port: 8080, Domain: "localhost", Internal: "127.0.0.1:8082"}}, nil
 }
 
 const deployFile = `
@@ -557,5 +557,31 @@ func TestDeployStopsWaitingOnAWrongSetting(t *testing.T) {
 	// hid the error would have polled thousands of times.
 	if f.polls > 3 {
 		t.Errorf("Health polled %d times after a 403 (%s): the wait hid the error", f.polls, time.Since(start))
+	}
+}
+
+// Visibility is a route setting: deploying the same template as internal
+// makes no revision, changes the published record, and says where the
+// service now answers.
+func TestDeployVisibilityChangeOnlyChangesTheRoute(t *testing.T) {
+	f := newFakeCluster()
+	if code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", "")); code != exitOK {
+		t.Fatalf("first deploy: %d\n%s%s", code, out, errs)
+	}
+	regs, pubs := f.registers, f.publishes
+	code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", `visibility = "internal"`))
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if f.registers != regs || !strings.Contains(out, "template unchanged; no new revision") {
+		t.Errorf("a visibility change made a revision: registers %d -> %d\n%s", regs, f.registers, out)
+	}
+	if f.publishes == pubs || f.record["hello"].Service.Visibility != spec.VisibilityInternal || f.record["hello"].Latest != "hello-00001" {
+		t.Errorf("route not republished as internal: publishes %d -> %d, record %+v", pubs, f.publishes, f.record["hello"])
+	}
+	for _, want := range []string{"internal, on the gateways' internal listener (127.0.0.1:8082)", "http://127.0.0.1:8082/"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }

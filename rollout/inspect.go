@@ -43,9 +43,12 @@ type RevisionRow struct {
 
 // ServiceView is everything `status` shows of a service.
 type ServiceView struct {
-	Service   string            `json:"service"`
-	Namespace string            `json:"namespace"`
-	URLs      []string          `json:"urls"`
+	Service   string   `json:"service"`
+	Namespace string   `json:"namespace"`
+	URLs      []string `json:"urls"`
+	// Served says on which listener the URLs answer (urls.go): an
+	// internal service's on the gateways' internal listener only.
+	Served    Where             `json:"served"`
 	Latest    string            `json:"latest"`
 	Route     consulroute.Route `json:"route"`
 	Revisions []RevisionRow     `json:"revisions"`
@@ -147,9 +150,12 @@ func (in *Inspector) View(ctx context.Context, namespace, service string, autosc
 		}
 		v.Revisions = append(v.Revisions, row)
 	}
-	v.URLs = in.urls(ctx, rec)
+	v.URLs, v.Served = in.urls(ctx, rec)
 	v.Certificates = in.Certificates(ctx, namespace, service)
-	v.URLs = httpsURLs(v.URLs, v.Certificates)
+	if !v.Served.Internal {
+		// The internal listener has no HTTPS.
+		v.URLs = httpsURLs(v.URLs, v.Certificates)
+	}
 	return v, nil
 }
 
@@ -171,28 +177,19 @@ func scalingHistory(revision string, evs []nomadjob.ScalingEvent) (wake *spec.Wa
 	return wake, last
 }
 
-// urls are the service's addresses on the running gateways; none when the
-// service has no route (no record): no gateway answers for it.
-func (in *Inspector) urls(ctx context.Context, rec consulroute.Record) []string {
+// urls are the service's addresses on the running gateways, and where they
+// answer; no URLs when the service has no route (no record: no gateway
+// answers for it) or no gateway runs.
+func (in *Inspector) urls(ctx context.Context, rec consulroute.Record) ([]string, Where) {
+	where := Where{Internal: rec.Service.Internal()}
 	if rec.Service.Name == "" {
-		return nil
+		return nil, where
 	}
 	gws, err := in.consul.Gateways(ctx)
 	if err != nil || len(gws) == 0 {
-		return nil
+		return nil, where
 	}
-	svc := rec.Service
-	ns := rec.Namespace()
-	out := []string{fmt.Sprintf("http://%s.%s.%s/", svc.Name, ns, gws[0].Domain)}
-	for _, d := range svc.Domains {
-		out = append(out, "http://"+d+"/")
-	}
-	if route, err := rec.Route(); err == nil {
-		for _, tag := range sortedTags(route.Tags) {
-			out = append(out, fmt.Sprintf("http://%s-%s.%s.%s/", tag, svc.Name, ns, gws[0].Domain))
-		}
-	}
-	return out
+	return serviceURLs(rec, gws[0].Domain), WhereServed(where.Internal, gws)
 }
 
 // AutoscalerStates asks the leading control-plane replica for its view of a

@@ -39,6 +39,11 @@ const (
 	// ActivatorServiceName is the Consul service of the control plane's
 	// gateway/activator; revision resolvers fail over to it.
 	ActivatorServiceName = "nomad-serverless-activator"
+	// InternalServiceName is the Consul service of the gateways'
+	// internal listeners (serve -internal-listen), where every service is
+	// served, internal ones included; the revisions of an internal
+	// service fail over to it instead of ActivatorServiceName.
+	InternalServiceName = "nomad-serverless-internal"
 	// ReservedPrefix starts names users may not take.
 	ReservedPrefix = "nomad-serverless"
 )

@@ -138,7 +138,7 @@ func TestHashFollowsTemplate(t *testing.T) {
 
 // Scaling, traffic, domains and namespace live outside the template: they
 // change in place and never make a new revision.
-func TestHashIgnoresScalingAndTraffic(t *testing.T) {
+func TestHashIgnoresScalingTrafficAndVisibility(t *testing.T) {
 	base := baseService()
 	want := NewRevision(&base, 1).SpecHash
 	changes := map[string]func(s *Service){
@@ -150,6 +150,9 @@ func TestHashIgnoresScalingAndTraffic(t *testing.T) {
 		},
 		"domains":   func(s *Service) { s.Domains = []string{"example.com"} },
 		"namespace": func(s *Service) { s.Namespace = "other" },
+		// Visibility only changes the route: never a new revision.
+		"visibility internal": func(s *Service) { s.Visibility = VisibilityInternal },
+		"visibility unset":    func(s *Service) { s.Visibility = "" },
 	}
 	for name, change := range changes {
 		s := baseService()

@@ -84,7 +84,7 @@ func (s *Service) Validate() []Problem {
 	case "", VisibilityPublic, VisibilityInternal:
 	default:
 		add("visibility", fmt.Sprintf("visibility %q is not one the gateway knows.", s.Visibility),
-			fmt.Sprintf("Use %q (served on the gateway's public ports, the default) or %q (served only on its internal listener, -internal-port, and through the mesh).", VisibilityPublic, VisibilityInternal))
+			fmt.Sprintf("Use %q (served on the gateway's public ports, the default) or %q (served only on the gateway's internal listener, serve -internal-listen, and through the mesh).", VisibilityPublic, VisibilityInternal))
 	}
 	for i, d := range s.Domains {
 		if !hostName.MatchString(d) {

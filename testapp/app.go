@@ -17,6 +17,9 @@
 //	/file           work: the file at query path= (at most 64 KiB), 404
 //	                if there is none: what an init step or a volume put
 //	                in the instance
+//	/fetch          work: GET url=http://IP:port/path (loopback and private
+//	                addresses only; host=H sets its Host) and answer with
+//	                what it answered: one service calling another (fetch.go)
 //	/ready          readiness: 200 after TESTAPP_READY_DELAY unless failing
 //	/healthz        liveness: 200 unless POST /fail-live
 //	/stats          JSON Stats; POST /reset zeroes it
@@ -81,7 +84,8 @@ type App struct {
 	gatesMu sync.Mutex
 	gates   map[string]chan struct{}
 
-	ws websocket.Server
+	ws    websocket.Server
+	fetch *http.Client // /fetch's (fetch.go)
 }
 
 // New returns the app; readiness delays count from now.
@@ -90,6 +94,7 @@ func New(cfg Config) *App {
 		cfg:     cfg,
 		readyAt: time.Now().Add(cfg.ReadyDelay),
 		gates:   make(map[string]chan struct{}),
+		fetch:   newFetchClient(),
 	}
 	if cfg.Name != "" {
 		a.name = []string{cfg.Name}
@@ -233,6 +238,9 @@ func (a *App) serveWork(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/file":
 		serveFile(w, r)
+		return
+	case "/fetch":
+		a.serveFetch(w, r)
 		return
 	}
 

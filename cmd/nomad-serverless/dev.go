@@ -33,6 +33,7 @@ func runDev(ctx context.Context, e *env, args []string) int {
 	var demo bool
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "gateway address")
 	fs.StringVar(&c.AdminListen, "admin-listen", "127.0.0.1:8081", "admin API address (health, metrics, autoscaler state)")
+	fs.StringVar(&c.InternalListen, "internal-listen", "127.0.0.1:8082", "the gateway's internal listener, where internal services (visibility = \"internal\") answer too (\"\": none)")
 	fs.StringVar(&c.Domain, "domain", "localhost", "domain of service hosts: <service>.<namespace>.<domain>")
 	fs.IntVar(&c.ConsulHTTPPort, "consul-port", 8500, "HTTP port of the Consul dev agent")
 	fs.IntVar(&c.NomadHTTPPort, "nomad-port", 4646, "HTTP port of the Nomad dev agent")

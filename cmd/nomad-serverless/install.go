@@ -38,6 +38,7 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&o.GatewayIP, "gateway-ip", "", "`address` the gateway (HTTP and HTTPS) binds on each node (default: every interface; ${NOMAD_IP_gateway} for the node address Nomad assigned the port)")
 	fs.IntVar(&o.GatewayPort, "gateway-port", o.GatewayPort, "static port of the gateway on each node")
 	fs.IntVar(&o.AdminPort, "admin-port", o.AdminPort, "static port of the admin API (health, metrics) on each node")
+	fs.IntVar(&o.InternalPort, "internal-port", o.InternalPort, "static port of the gateway's internal listener on each node (0: none), bound to the node's address: internal services (visibility = \"internal\") are served there and not on the gateway's ports")
 	fs.IntVar(&o.HTTPSPort, "https-port", o.HTTPSPort, "static port of the gateway's HTTPS on each node (0: none); certificates from Consul KV, and ACME with -acme-email")
 	fs.StringVar(&o.ACMEEmail, "acme-email", "", "ACME account `address`: serve orders certificates for every routed name nothing else covers (agrees to the CA's terms)")
 	fs.StringVar(&o.ACMEDirectory, "acme-directory", "", "ACME directory `URL` (default: serve's, Let's Encrypt)")

@@ -11,9 +11,11 @@ import (
 
 // listRow is one service as `list` shows it.
 type listRow struct {
-	Service   string   `json:"service"`
-	Namespace string   `json:"namespace"`
-	URL       string   `json:"url,omitempty"`
+	Service   string `json:"service"`
+	Namespace string `json:"namespace"`
+	URL       string `json:"url,omitempty"`
+	// Internal: the URL answers on the gateways' internal listener only.
+	Internal  bool     `json:"internal,omitempty"`
 	Latest    string   `json:"latest"`
 	Traffic   string   `json:"traffic"`
 	Revisions int      `json:"revisions"`
@@ -25,7 +27,8 @@ type listRow struct {
 func runList(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "list", `Usage: nomad-serverless list [-json]
 
-Lists every service: URL, latest revision, traffic and instances.
+Lists every service: URL (marked internal when it answers on the gateways'
+internal listener only), latest revision, traffic and instances.
 
 `)
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -54,7 +57,8 @@ Lists every service: URL, latest revision, traffic and instances.
 	rows := map[string]*listRow{}
 	key := func(ns, svc string) string { return ns + "/" + svc }
 	for _, rec := range recs {
-		r := &listRow{Service: rec.Service.Name, Namespace: rec.Namespace(), Latest: rec.Latest, Traffic: rollout.DescribeTraffic(rec)}
+		r := &listRow{Service: rec.Service.Name, Namespace: rec.Namespace(), Latest: rec.Latest, Traffic: rollout.DescribeTraffic(rec),
+			Internal: rec.Service.Internal()}
 		if len(gws) > 0 {
 			r.URL = fmt.Sprintf("http://%s.%s.%s/", r.Service, r.Namespace, gws[0].Domain)
 		}
@@ -99,7 +103,11 @@ Lists every service: URL, latest revision, traffic and instances.
 		if len(r.Problems) > 0 {
 			traffic += " (" + strings.Join(r.Problems, "; ") + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\n", r.Service, r.Namespace, orDash(r.URL), orDash(r.Latest), traffic, r.Running, r.Desired)
+		url := orDash(r.URL)
+		if r.Internal {
+			url += " (internal)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\n", r.Service, r.Namespace, url, orDash(r.Latest), traffic, r.Running, r.Desired)
 	}
 	_ = tw.Flush()
 	return exitOK

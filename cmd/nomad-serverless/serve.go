@@ -18,11 +18,13 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/controlplane"
 	"github.com/nomad-serverless/nomad-serverless/install"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // serveOptions are `serve`'s flags.
 type serveOptions struct {
 	listen, adminListen string
+	internalListen      string
 	sockets             string
 	advertise           string
 	domain              string
@@ -126,7 +128,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "serve", `Usage: nomad-serverless serve [options]
 
 Runs the control plane: the gateway and activator on -listen (and HTTPS on
--https-port), the admin API (/healthz, /metrics, autoscaler state) on
+-https-port; internal services on -internal-listen only), the admin API (/healthz, /metrics, autoscaler state) on
 -admin-listen, and, on the replica that holds the Consul lock, the autoscaler. Reads NOMAD_ADDR, CONSUL_HTTP_ADDR and tokens
 from the environment. Run several replicas behind a load balancer for high availability.
 
@@ -134,8 +136,9 @@ from the environment. Run several replicas behind a load balancer for high avail
 	host, _ := os.Hostname()
 	var o serveOptions
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "`address` of the gateway (user traffic)")
-	fs.StringVar(&o.sockets, "sockets", "", "unix socket `path` of a keep-sockets process holding the gateway's listening sockets (and HTTPS's) for this serve; they then outlive a crash of serve (default: serve binds -listen itself)")
+	fs.StringVar(&o.sockets, "sockets", "", "unix socket `path` of a keep-sockets process holding the gateway's listening sockets (and HTTPS's and the internal listener's) for this serve; they then outlive a crash of serve (default: serve binds -listen itself)")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:8081", "`address` of the admin API (health, metrics, autoscaler state)")
+	fs.StringVar(&o.internalListen, "internal-listen", "", "`address` of the gateway's internal listener (plain HTTP and h2c), where internal services (visibility = \"internal\") are served beside public ones; bind it to the node's private address. Registered in Consul as "+spec.InternalServiceName+" (default: none; internal services are then reachable through the mesh only)")
 	fs.StringVar(&o.advertise, "advertise", "", "`IP` other nodes reach this replica at (registered in Consul); default: the -listen host, or the Consul agent's address when that is a wildcard")
 	fs.StringVar(&o.domain, "domain", activator.DefaultDomain, "services answer at <service>.<namespace>.`domain`")
 	fs.StringVar(&o.replica, "replica", host, "this replica's `name` (unique among serve replicas)")
@@ -178,7 +181,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return err
 	}
 	return controlplane.Run(ctx, controlplane.Config{
-		Listen: o.listen, AdminListen: o.adminListen, Sockets: o.sockets, Advertise: o.advertise,
+		Listen: o.listen, AdminListen: o.adminListen, InternalListen: o.internalListen, Sockets: o.sockets, Advertise: o.advertise,
 		Domain: o.domain, Replica: o.replica, Tick: o.tick, HTTPS: https,
 		Nomad: nomad, Consul: consul, Logger: log,
 	})

@@ -49,6 +49,9 @@ zero, one line per step.
 	} else {
 		fmt.Fprintf(e.stdout, "URLs:      %s\n", strings.Join(v.URLs, "  "))
 	}
+	if v.Served.Internal {
+		fmt.Fprintf(e.stdout, "Served:    %s\n", v.Served)
+	}
 	fmt.Fprintf(e.stdout, "Latest:    %s\n", orDash(v.Latest))
 	fmt.Fprintf(e.stdout, "Route:     %s\n", orDash(rollout.DescribeRoute(v.Route)))
 	if len(states) == 0 {

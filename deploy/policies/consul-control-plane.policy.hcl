@@ -1,7 +1,8 @@
 # nomad-serverless control plane (serve).
 
 # Reads every revision's instances and route config entries; registers
-# nomad-serverless-activator and, while a revision is at zero, one stand-in
+# nomad-serverless-activator (and nomad-serverless-internal for its internal listener)
+# and, while a revision is at zero, one stand-in
 # instance in that revision's service (named <service>-<generation>, so a prefix).
 service_prefix "" {
   policy = "write"
