@@ -185,9 +185,6 @@
 //	      local_bind_port = 5432
 //	    }
 //	  }
-//	  visibility = "public"        # or "internal": served only on the
-//	                               # gateway's internal listener (serve
-//	                               # -internal-port) and through the mesh
 //	  tags    = ["traefik.enable=true"]
 //	  meta    = { team = "web" }   # or meta { team = "web" }
 //	  domains = [local.host]
