@@ -93,8 +93,13 @@ func (it *integ) scenarioDeploy(t *testing.T, g *serveProc) {
 	tasks := map[string]bool{}
 	for _, task := range g0.Tasks {
 		tasks[task.Name] = true
-		if task.Name == spec.SidecarTaskName && (task.Lifecycle == nil || task.Lifecycle.Hook != "prestart" || !task.Lifecycle.Sidecar) {
-			t.Errorf("sidecar lifecycle %+v, want prestart sidecar", task.Lifecycle)
+		// The queue-proxy is a main task started with the app, which
+		// leads (nomadjob's sidecarLifecycle).
+		if task.Name == spec.SidecarTaskName && task.Lifecycle != nil {
+			t.Errorf("sidecar lifecycle %+v, want none: a main task beside the app", task.Lifecycle)
+		}
+		if task.Name == spec.UserTaskName && !task.Leader {
+			t.Error("the user task is not the group's leader")
 		}
 	}
 	if !tasks[spec.UserTaskName] || !tasks[spec.SidecarTaskName] || len(tasks) != 2 {
