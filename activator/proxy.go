@@ -102,8 +102,10 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if f != nil {
 			status = f.status
 		}
+		took := time.Since(start)
 		m.codes[codeIndex(status)].Inc()
-		m.duration.Observe(time.Since(start).Seconds())
+		m.duration.Observe(took.Seconds())
+		rev.measure.observe(status, took)
 	}()
 
 	// The request must end by deadline (the revision's timeout, queue wait
