@@ -61,6 +61,9 @@ type Service struct {
 	// HTTPSRedirect sends the service's plain HTTP requests to HTTPS
 	// (spec.HTTPS).
 	HTTPSRedirect bool `json:"https_redirect,omitempty"`
+	// Rollout is the service's latest rollout as its record says; the
+	// leader's rollout driver starts one it sees pending.
+	Rollout *consulroute.RolloutRoute `json:"rollout,omitempty"`
 }
 
 // Catalog is safe for concurrent use. Readers get copies; Changed lets a
