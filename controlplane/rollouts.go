@@ -120,7 +120,7 @@ func newRolloutDriver(cfg rolloutDriverConfig) (*rolloutDriver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &rolloutDriver{cfg: cfg, log: log.With("component", "rollouts")}, nil
+	return &rolloutDriver{cfg: cfg, log: log.With("component", "rollouts"), runs: map[string]*rolloutRun{}, done: map[string]string{}}, nil
 }
 
 // Run drives rollouts until ctx ends (leadership lost); it returns nil
