@@ -56,6 +56,9 @@ type ServiceView struct {
 	// that Nomad's scaling events still hold (any revision's; Nomad keeps
 	// a group's last 20 events), when View was asked for events.
 	LastWake *spec.WakeTimeline `json:"last_wake,omitempty"`
+	// Rollout is the service's latest rollout: its phase, step, reason
+	// and history (judgments with both revisions' figures).
+	Rollout *consulroute.RolloutRoute `json:"rollout,omitempty"`
 }
 
 // Inspector reads what Nomad, Consul and the control plane say of
@@ -99,7 +102,7 @@ func (in *Inspector) View(ctx context.Context, namespace, service string, autosc
 	if err != nil && !errors.Is(err, consulroute.ErrNotFound) {
 		return ServiceView{}, err
 	}
-	v := ServiceView{Service: service, Namespace: namespace, Latest: rec.Latest}
+	v := ServiceView{Service: service, Namespace: namespace, Latest: rec.Latest, Rollout: rec.Rollout}
 	if route, rerr := rec.Route(); rerr == nil && rec.Latest != "" {
 		v.Route = route
 	}
