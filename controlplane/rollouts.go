@@ -60,8 +60,9 @@ type rolloutDriverConfig struct {
 	// Measure takes the gateways' measurements since its previous call
 	// (autoscaler.TakeMeasurements).
 	Measure func() (map[string]canary.Measurement, error)
-	// Every is how often the machines tick (default 1 s: the demand
-	// reports' period, so a judgment is late by at most that).
+	// Every is how often the machines tick (default 250 ms: a judgment is
+	// due at an absolute time, and ticking often keeps it from being late
+	// by more than that; a tick without events does no I/O).
 	Every time.Duration
 	// WakeTimeout bounds the wake before the first step (default 2 min).
 	WakeTimeout time.Duration
@@ -108,7 +109,7 @@ func newRolloutDriver(cfg rolloutDriverConfig) (*rolloutDriver, error) {
 		return nil, errors.New("rollout driver: Consul, Nomad, Catalog and Measure are required")
 	}
 	if cfg.Every <= 0 {
-		cfg.Every = time.Second
+		cfg.Every = 250 * time.Millisecond
 	}
 	if cfg.WakeTimeout <= 0 {
 		cfg.WakeTimeout = 2 * time.Minute
