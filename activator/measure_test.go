@@ -1,9 +1,13 @@
 package activator
 
 import (
+	"io"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 )
 
 func TestMeasureSendsGrowthSinceTheLastReportThatArrived(t *testing.T) {
@@ -80,5 +84,47 @@ func TestMeasureDeltasStayValidUnderConcurrency(t *testing.T) {
 	}
 	if want := m.errors.Load(); errs != want {
 		t.Errorf("deltas add up to %d errors, want %d", errs, want)
+	}
+}
+
+// Requests through the gateway reach the leader as measurements on the
+// demand reports: the app's 5xx counted as errors, then nothing more once
+// the growth was sent.
+func TestGatewayReportsMeasurements(t *testing.T) {
+	cat := oneRevision(0, time.Minute)
+	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("fail") != "" {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		io.WriteString(w, "ok")
+	})
+	cat.SetAllocation(sc.allocation("hello-00001", "a1", true))
+	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	as := &fakeAutoscaler{}
+	tg := startGateway(t, cat, as, nil)
+	for i := range 10 {
+		path := "/"
+		if i < 3 {
+			path = "/?fail=1"
+		}
+		tg.get(t, "hello.default.localhost", path, nil)
+	}
+	sum := func() (req, errs, timed uint64) {
+		as.mu.Lock()
+		defer as.mu.Unlock()
+		for _, r := range as.reports {
+			for _, d := range r {
+				if d.Revision == "hello-00001" && d.Measured != nil {
+					req, errs, timed = req+d.Measured.Requests, errs+d.Measured.Errors, timed+d.Measured.Latency.Count()
+				}
+			}
+		}
+		return
+	}
+	waitFor(t, "the measurements in a demand report", func() bool { r, _, _ := sum(); return r >= 10 })
+	// Two more report periods: the growth was sent once, not again.
+	time.Sleep(2*demandInterval + 200*time.Millisecond)
+	if req, errs, timed := sum(); req != 10 || errs != 3 || timed != 10 {
+		t.Errorf("reports summed to %d requests, %d errors, %d timed; want 10, 3, 10", req, errs, timed)
 	}
 }
