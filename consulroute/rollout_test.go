@@ -3,6 +3,7 @@ package consulroute
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -62,5 +63,35 @@ func TestRolloutHistoryIsBounded(t *testing.T) {
 func TestRolloutKey(t *testing.T) {
 	if got, want := RolloutKey("", "hello"), "nomad-serverless/control-plane/rollouts/default/hello"; got != want {
 		t.Errorf("RolloutKey = %q, want %q", got, want)
+	}
+}
+
+// Every step of a rollout reaches the service-splitter, as the gateway
+// sees it in the record, and an ended rollout leaves latest alone.
+func TestPublishWritesEveryRolloutStepToTheSplitter(t *testing.T) {
+	f, addr := newFakeConsul(t)
+	c := testClient(t, addr)
+	f.afterWrite = noDanglingRoutes(t, "hello")
+	publish(t, c, recordWith(nil, "hello-00001", []string{"hello-00001"}, nil))
+	rec := recordWith(nil, "hello-00002", []string{"hello-00001", "hello-00002"}, nil)
+	for _, tc := range []struct {
+		phase   string
+		percent int
+		want    []Split
+	}{
+		{RolloutPending, 0, []Split{{"hello-00001", 100}}},
+		{RolloutStepping, 10, []Split{{"hello-00002", 10}, {"hello-00001", 90}}},
+		{RolloutStepping, 50, []Split{{"hello-00002", 50}, {"hello-00001", 50}}},
+		{RolloutCompleted, 100, []Split{{"hello-00002", 100}}},
+	} {
+		rec.Rollout = &RolloutRoute{ID: "r1", New: "hello-00002", Previous: "hello-00001", Phase: tc.phase, NewPercent: tc.percent}
+		publish(t, c, rec) // checks Consul's route equals the record's
+		route, err := c.ReadRoute(ctxTimeout(t, 5*time.Second), "hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(route.Splits, tc.want) {
+			t.Errorf("%s %d%%: splitter %v, want %v", tc.phase, tc.percent, route.Splits, tc.want)
+		}
 	}
 }

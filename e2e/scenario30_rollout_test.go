@@ -30,47 +30,66 @@ func (h *harness) rolloutRecord(svc string) consulroute.Record {
 	return rec
 }
 
-// splitterWatch polls a service's service-splitter every 50 ms and keeps
-// when each revision's weight was last seen above 0, so a scenario can say
-// when the splitter stopped sending it anything.
+// splitterWatch polls a service's service-splitter every 50 ms and keeps,
+// per revision, when the splitter was first seen without it after it had
+// carried traffic: when the splitter stopped sending it anything.
 type splitterWatch struct {
-	mu       sync.Mutex
-	lastSeen map[string]time.Time
-	zeroAt   map[string]time.Time // first poll at 0 after lastSeen
-	stop     context.CancelFunc
-	done     chan struct{}
+	mu      sync.Mutex
+	carried map[string]bool
+	zeroAt  map[string]time.Time
+	polls   int
+	errs    []string
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 func (h *harness) watchSplitter(svc string) *splitterWatch {
+	return startSplitterWatch(func() (map[string]float32, error) {
+		e, _, err := h.consul.ConfigEntries().Get(consul.ServiceSplitter, svc, nil)
+		if err != nil {
+			return nil, err
+		}
+		sp, ok := e.(*consul.ServiceSplitterConfigEntry)
+		if !ok {
+			return nil, fmt.Errorf("service-splitter %s is a %T", svc, e)
+		}
+		weights := map[string]float32{}
+		for _, x := range sp.Splits {
+			weights[x.Service] += x.Weight
+		}
+		return weights, nil
+	}, 50*time.Millisecond)
+}
+
+func startSplitterWatch(get func() (map[string]float32, error), every time.Duration) *splitterWatch {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	w := &splitterWatch{lastSeen: map[string]time.Time{}, zeroAt: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
+	w := &splitterWatch{carried: map[string]bool{}, zeroAt: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
-			e, _, err := h.consul.ConfigEntries().Get(consul.ServiceSplitter, svc, nil)
+			weights, err := get()
 			now := time.Now()
-			if sp, ok := e.(*consul.ServiceSplitterConfigEntry); err == nil && ok {
-				weights := map[string]float32{}
-				for _, x := range sp.Splits {
-					weights[x.Service] += x.Weight
-				}
-				w.mu.Lock()
-				for rev := range w.lastSeen {
+			w.mu.Lock()
+			w.polls++
+			if err != nil {
+				w.errs = append(w.errs, err.Error())
+			} else {
+				for rev := range w.carried {
 					if weights[rev] == 0 && w.zeroAt[rev].IsZero() {
 						w.zeroAt[rev] = now
 					}
 				}
 				for rev, wt := range weights {
 					if wt > 0 {
-						w.lastSeen[rev] = now
-						w.zeroAt[rev] = time.Time{}
+						w.carried[rev] = true
+						delete(w.zeroAt, rev)
 					}
 				}
-				w.mu.Unlock()
 			}
+			w.mu.Unlock()
 			select {
 			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(every):
 			}
 		}
 	}()
@@ -82,7 +101,14 @@ func (w *splitterWatch) zero(rev string) (time.Time, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	z, ok := w.zeroAt[rev]
-	return z, ok && !z.IsZero()
+	return z, ok
+}
+
+// String says what the watch saw, for a failure message.
+func (w *splitterWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprintf("%d polls, carried %v, errors %v", w.polls, w.carried, w.errs)
 }
 
 func (w *splitterWatch) Stop() { w.stop(); <-w.done }
@@ -184,9 +210,18 @@ func TestE2E30Rollouts(t *testing.T) {
 		t.Errorf("bad rollout: phase %s at step %d, want rolled_back at step 1", ro.Phase, ro.Step)
 	}
 	res := load.Snapshot()
-	var reached, failed int
+	var stepAt time.Time
+	for _, ev := range ro.History {
+		if ev.Kind == "step_started" {
+			stepAt = ev.At
+		}
+	}
+	var reached, failed, during int
 	var lastV3 time.Time
 	for _, o := range res {
+		if !o.Start.Before(stepAt) && !o.Start.After(ro.EndedAt) {
+			during++
+		}
 		if o.App == "v3" && o.Start.After(badStart) {
 			reached++
 			if o.Status >= 500 {
@@ -197,15 +232,23 @@ func TestE2E30Rollouts(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("failing revision: %d requests reached it, %d failed; reason: %s", reached, failed, ro.Reason)
-	h.s.Timings.Note(h.scenario, "failing revision: requests that reached it", fmt.Sprintf("%d (%d failed)", reached, failed))
+	t.Logf("failing revision: %d requests reached it (%d failed) of %d sent while its step was held; reason: %s", reached, failed, during, ro.Reason)
+	h.s.Timings.Note(h.scenario, "failing revision: requests that reached it", fmt.Sprintf("%d (%d failed) of %d sent during its 10%% step", reached, failed, during))
+	// Its exposure is about its step's share: 10 %, with room for the
+	// requests between the verdict and the route's change.
+	if during > 0 && float64(reached) > 0.2*float64(during) {
+		t.Errorf("%d of %d requests reached the failing revision at a 10 %% step", reached, during)
+	}
 	if !lastV3.IsZero() {
-		h.timing("failing revision: verdict -> gateway holds 0 % (last request routed to it)", max(0, lastV3.Sub(ro.EndedAt)))
+		// Signed: a request routed to it that started before the verdict
+		// (its last slot came up before) reads negative.
+		h.s.Timings.Note(h.scenario, "failing revision: verdict -> gateway holds 0 %",
+			fmt.Sprintf("last request routed to it started %s after the verdict", lastV3.Sub(ro.EndedAt).Round(time.Millisecond)))
 	}
 	if z, ok := sw.zero(rev3); ok {
 		h.timing("failing revision: verdict -> service-splitter holds 0 %", max(0, z.Sub(ro.EndedAt)))
 	} else {
-		t.Errorf("the splitter never went back to 0 for %s", rev3)
+		t.Errorf("the splitter never went back to 0 for %s (%s)", rev3, sw)
 	}
 	if s := h.splits(svc); len(s) != 1 || s[rev2] != 100 {
 		t.Errorf("after the rollback the splitter is %v, want %s 100", s, rev2)
