@@ -290,7 +290,7 @@ func TestE2E30Rollouts(t *testing.T) {
 		t.Errorf("after rollback the splitter is %v, want %s 100", s, rev2)
 	}
 	status := h.mustCLI("status", svc)
-	if !strings.Contains(status, "rolled_back") || !strings.Contains(status, "rolled back by a person to "+rev2) {
+	if !strings.Contains(status, "rolled_back") || !strings.Contains(status, "rolled back by a person to "+rev2) || !strings.Contains(status, "rollout failed") {
 		t.Errorf("status does not show the rollback:\n%s", status)
 	}
 

@@ -32,6 +32,9 @@ type RevisionRow struct {
 	Percent int      `json:"percent"`
 	Tags    []string `json:"tags,omitempty"`
 	Latest  bool     `json:"latest,omitempty"`
+	// RolloutFailed: the service's latest rollout, of this revision,
+	// rolled back; it stays deployed at 0 %.
+	RolloutFailed bool `json:"rollout_failed,omitempty"`
 	// Retained and Why: the garbage collector's verdict.
 	Retained bool   `json:"retained"`
 	Why      string `json:"why"`
@@ -124,7 +127,8 @@ func (in *Inspector) View(ctx context.Context, namespace, service string, autosc
 			Revision: r.Name, Generation: r.Generation, Created: r.Created,
 			Desired: r.Desired, Running: r.Running, Stopped: r.Stopped,
 			Percent: percent[r.Name], Tags: tags[r.Name], Latest: r.Name == rec.Latest,
-			Retained: true,
+			RolloutFailed: rec.Rollout != nil && rec.Rollout.New == r.Name && rec.Rollout.Phase == consulroute.RolloutRolledBack,
+			Retained:      true,
 		}
 		if d, ok := why[r.Name]; ok {
 			row.Retained, row.Why = d.Keep, d.Reason
