@@ -191,8 +191,12 @@ func (d *rolloutDriver) load(ctx context.Context, ns, svc, id string) (ok bool) 
 	key := runKey(ns, svc)
 	if m.Phase().Ended() {
 		d.done[key] = st.ID
-		// Bring the record to the end once more, then let it be.
-		d.apply(ctx, r, canary.Output{Route: m.Split()}, false)
+		// A leader that died between storing the end and writing it left
+		// the record in progress: write the end. A record that heard of
+		// the end is left alone: a person may have changed it since.
+		if rec, _, err := d.cfg.Consul.ReadRecord(ctx, ns, svc); err == nil && rec.Rollout.InProgress() && rec.Rollout.ID == st.ID {
+			d.apply(ctx, r, canary.Output{Route: m.Split()}, false)
+		}
 		return true
 	}
 	d.runs[key] = r

@@ -338,3 +338,41 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// A leader that died after storing a rollback but before writing it: the
+// next one writes it. One that finds the end written leaves the record as
+// a person may have changed it since.
+func TestRolloutDriverWritesAStoredEndOnlyOnce(t *testing.T) {
+	w := newRolloutWorld(t)
+	ctx := context.Background()
+	first := w.leader()
+	first.tick(ctx)
+	// The step fails; the state is stored, then the leader dies before
+	// the record hears of it.
+	w.now = w.now.Add(10 * time.Second)
+	r := first.runs[runKey("default", "hello")]
+	out, err := r.m.Tick(w.now, canary.Input{New: canary.Measurement{Requests: 20, Errors: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.history = append(r.history, out.Events...)
+	if !first.store(ctx, r) {
+		t.Fatal("store")
+	}
+	w.wantRoute(map[string]int{"hello-00002": 10, "hello-00001": 90})
+	next := w.leader()
+	next.resumeStored(ctx)
+	w.wantRoute(map[string]int{"hello-00001": 100})
+	if rec := w.record(); rec.Rollout.Phase != consulroute.RolloutRolledBack || rec.Latest != "hello-00001" {
+		t.Fatalf("after takeover: phase %s latest %s", rec.Rollout.Phase, rec.Latest)
+	}
+	// A person rolls forward to the failed revision by hand; a later
+	// leader must not undo it.
+	rec, idx, _ := w.consul.ReadRecord(ctx, "", "hello")
+	rec.Latest = "hello-00002"
+	if err := w.consul.Publish(ctx, rec, idx); err != nil {
+		t.Fatal(err)
+	}
+	w.leader().resumeStored(ctx)
+	w.wantRoute(map[string]int{"hello-00002": 100})
+}
