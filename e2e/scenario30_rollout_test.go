@@ -36,6 +36,7 @@ func (h *harness) rolloutRecord(svc string) consulroute.Record {
 type splitterWatch struct {
 	mu      sync.Mutex
 	carried map[string]bool
+	last    map[string]time.Time // last poll that saw the revision carry traffic
 	zeroAt  map[string]time.Time
 	polls   int
 	errs    []string
@@ -63,7 +64,7 @@ func (h *harness) watchSplitter(svc string) *splitterWatch {
 
 func startSplitterWatch(get func() (map[string]float32, error), every time.Duration) *splitterWatch {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	w := &splitterWatch{carried: map[string]bool{}, zeroAt: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
+	w := &splitterWatch{carried: map[string]bool{}, last: map[string]time.Time{}, zeroAt: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
@@ -82,6 +83,7 @@ func startSplitterWatch(get func() (map[string]float32, error), every time.Durat
 				for rev, wt := range weights {
 					if wt > 0 {
 						w.carried[rev] = true
+						w.last[rev] = now
 						delete(w.zeroAt, rev)
 					}
 				}
@@ -108,7 +110,7 @@ func (w *splitterWatch) zero(rev string) (time.Time, bool) {
 func (w *splitterWatch) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return fmt.Sprintf("%d polls, carried %v, errors %v", w.polls, w.carried, w.errs)
+	return fmt.Sprintf("%d polls, last carrying traffic %v, errors %v", w.polls, w.last, w.errs)
 }
 
 func (w *splitterWatch) Stop() { w.stop(); <-w.done }
@@ -201,6 +203,12 @@ func TestE2E30Rollouts(t *testing.T) {
 	badStart := time.Now()
 	badFile := with("v3", map[string]string{"TESTAPP_FAIL_PERCENT": "30"}, "    steps = [10, 50]\n"+analysis(""))
 	out, code = h.rolloutDeploy(badFile)
+	// The watch goes on until it saw the splitter without the revision,
+	// which deploy's answer does not wait for.
+	eventually(t, 15*time.Second, "the service-splitter without "+rev3, func() (bool, string) {
+		_, ok := sw.zero(rev3)
+		return ok, sw.String()
+	})
 	sw.Stop()
 	if code != 1 || !strings.Contains(out, "rolled back to "+rev2) || !strings.Contains(out, "error rate") || !strings.Contains(out, "> 2% over") || !strings.Contains(out, "at step 10%") {
 		t.Fatalf("deploy of a revision failing 30 %% exited %d (want 1 with the reason):\n%s", code, out)
@@ -245,6 +253,7 @@ func TestE2E30Rollouts(t *testing.T) {
 		h.s.Timings.Note(h.scenario, "failing revision: verdict -> gateway holds 0 %",
 			fmt.Sprintf("last request routed to it started %s after the verdict", lastV3.Sub(ro.EndedAt).Round(time.Millisecond)))
 	}
+	t.Logf("splitter watch: %s; verdict at %s", sw, ro.EndedAt.Format(time.RFC3339Nano))
 	if z, ok := sw.zero(rev3); ok {
 		h.timing("failing revision: verdict -> service-splitter holds 0 %", max(0, z.Sub(ro.EndedAt)))
 	} else {
