@@ -53,6 +53,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
+	"github.com/nomad-serverless/nomad-serverless/canary"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
@@ -430,14 +431,23 @@ func (g *Gateway) reportLoop(ctx context.Context) {
 	}
 }
 
-// reportDemand sends every revision that has requests queued or in flight;
-// the report replaces the previous one, so a revision that went quiet drops
-// out of it.
+// reportDemand sends every revision that has requests queued or in flight,
+// or requests that ended since the last report that reached the leader
+// (their measurements, for rollouts: measure.go); the report replaces the
+// previous one, so a revision that went quiet drops out of it.
 func (g *Gateway) reportDemand(ctx context.Context) {
 	var demand []autoscaler.Demand
+	type sentMark struct {
+		r    *revision
+		sent canary.Measurement
+	}
+	var sent []sentMark
 	for _, r := range g.table.Load().revisions {
-		if d := r.demand(); d.Queued > 0 || d.InFlight > 0 {
+		if d, s, ok := r.withMeasured(r.demand()); ok {
 			demand = append(demand, d)
+			if d.Measured != nil {
+				sent = append(sent, sentMark{r, s})
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, demandInterval)
@@ -451,6 +461,9 @@ func (g *Gateway) reportDemand(ctx context.Context) {
 		}
 		g.log.Log(ctx, lvl, "report demand to the autoscaler (retrying every second)", "err", err)
 		return
+	}
+	for _, m := range sent {
+		m.r.measure.sent = m.sent
 	}
 	if g.reportFailing.CompareAndSwap(true, false) {
 		g.log.Info("demand reports reach the autoscaler again")

@@ -109,8 +109,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		if f != nil {
 			status = f.status
 		}
+		took := time.Since(start)
 		m.codes[codeIndex(status)].Inc()
-		m.duration.Observe(time.Since(start).Seconds())
+		m.duration.Observe(took.Seconds())
+		rev.measure.observe(status, took)
 	}()
 
 	// The request must end by deadline (the revision's timeout, queue wait

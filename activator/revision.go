@@ -68,6 +68,8 @@ type revision struct {
 	backends map[string]*backend
 
 	metrics *revisionMetrics
+	// measure is what rollouts judge the revision on (measure.go).
+	measure measure
 	// wake asks the autoscaler for a decision (Gateway.maybeWake).
 	wake func(*revision)
 	// wakes times wakes from zero (wake.go); openWake is the one requests

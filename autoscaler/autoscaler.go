@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nomad-serverless/nomad-serverless/canary"
 	"log/slog"
 	"math"
 	"slices"
@@ -101,7 +102,8 @@ type Autoscaler struct {
 	published atomic.Pointer[map[string]*shared]
 
 	demandMu sync.Mutex
-	reports  map[string]replicaReport // by activator replica
+	reports  map[string]replicaReport      // by activator replica
+	measured map[string]canary.Measurement // by revision, since TakeMeasurements
 
 	wakeMu sync.Mutex
 	wakes  map[string]struct{} // revisions waiting for an immediate decision
@@ -160,12 +162,13 @@ func New(cfg Config) (*Autoscaler, error) {
 		scraper = NewHTTPScraper(nil)
 	}
 	a := &Autoscaler{
-		cfg:     cfg,
-		log:     log.With("component", "autoscaler"),
-		scraper: scraper,
-		reports: map[string]replicaReport{},
-		wakes:   map[string]struct{}{},
-		kick:    make(chan struct{}, 1),
+		cfg:      cfg,
+		log:      log.With("component", "autoscaler"),
+		scraper:  scraper,
+		reports:  map[string]replicaReport{},
+		measured: map[string]canary.Measurement{},
+		wakes:    map[string]struct{}{},
+		kick:     make(chan struct{}, 1),
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(newMetricsCollector(a)); err != nil {
@@ -192,6 +195,7 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 		a.published.Store(nil)
 		a.demandMu.Lock()
 		clear(a.reports)
+		clear(a.measured)
 		a.demandMu.Unlock()
 		a.wakeMu.Lock()
 		clear(a.wakes)
@@ -225,10 +229,14 @@ func (a *Autoscaler) ReportDemand(_ context.Context, replica string, demand []De
 		if d.Revision == "" || d.Queued < 0 || d.InFlight < 0 {
 			return fmt.Errorf("report demand from %s: invalid entry %+v", replica, d)
 		}
+		if err := checkMeasured(d.Measured); err != nil {
+			return fmt.Errorf("report demand from %s: revision %s: %w", replica, d.Revision, err)
+		}
 		m[d.Revision] = d
 	}
 	a.demandMu.Lock()
 	a.reports[replica] = replicaReport{at: a.cfg.Now(), demand: m}
+	a.addMeasured(demand)
 	a.demandMu.Unlock()
 	return nil
 }

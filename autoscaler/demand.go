@@ -1,6 +1,10 @@
 package autoscaler
 
-import "context"
+import (
+	"context"
+
+	"github.com/nomad-serverless/nomad-serverless/canary"
+)
 
 // Demand is one activator replica's view of one revision: requests it holds
 // waiting for capacity and requests it is proxying now.
@@ -8,6 +12,11 @@ type Demand struct {
 	Revision string `json:"revision"`
 	Queued   int    `json:"queued"`
 	InFlight int    `json:"in_flight"`
+	// Measured is what the replica measured of the revision's requests
+	// since its previous report that reached the leader (deltas: see
+	// measured.go); nil when nothing ended. The rollout driver judges
+	// rollouts on it.
+	Measured *canary.Measurement `json:"measured,omitempty"`
 }
 
 // DemandSink is what the activator needs from the autoscaler (DESIGN.md:

@@ -54,6 +54,11 @@ func bucketOf(d time.Duration) int {
 // Observe counts one request that took d.
 func (h *Histogram) Observe(d time.Duration) { h.Counts[bucketOf(d)]++ }
 
+// BucketOf is the bucket Observe counts d in, for a caller that keeps its
+// own counters (the gateway's, atomic on the request path) and builds a
+// Histogram from them.
+func BucketOf(d time.Duration) int { return bucketOf(d) }
+
 // Add counts o's requests in h too.
 func (h *Histogram) Add(o Histogram) {
 	for i, c := range o.Counts {

@@ -124,3 +124,13 @@ func durationText(d time.Duration) string {
 }
 
 func factorText(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) + "x" }
+
+// Line is the judgment as `deploy` prints it, the new revision's figures
+// beside the previous one's, then the verdict:
+// "5%: hello-00002 47 req 31% errors p99 12ms | hello-00001 912 req 0% errors p99 11ms | fail: error rate 31% > 2% ...".
+func (j Judgment) Line(newRev, prevRev string) string {
+	fig := func(rev string, f Figures) string {
+		return fmt.Sprintf("%s %d req %s errors p99 %s", rev, f.Requests, percentText(f.ErrorRate), durationText(f.P99))
+	}
+	return fmt.Sprintf("%d%%: %s | %s | %s: %s", j.Percent, fig(newRev, j.New), fig(prevRev, j.Previous), j.Verdict, j.Reason)
+}

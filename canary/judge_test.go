@@ -151,3 +151,23 @@ func matches(got, pattern string) bool {
 	}
 	return len(rest) >= len(parts[len(parts)-1])
 }
+
+func TestJudgmentLine(t *testing.T) {
+	p := Plan{Steps: []int{5}, IntervalsPerStep: 1, Interval: time.Second, MinRequests: 20, MaxErrorRate: 2, QuietLimit: 10, WakeTimeout: time.Minute}
+	var n, prev Measurement
+	for i := range 47 {
+		n.Requests++
+		if i < 15 {
+			n.Errors++
+		}
+		n.Latency.Observe(12 * time.Millisecond)
+	}
+	prev.Requests = 900
+	j := judge(p, 1, 5, n, prev, Histogram{})
+	got := j.Line("hello-00002", "hello-00001")
+	for _, want := range []string{"5%: hello-00002 47 req 31.9% errors p99 ", "| hello-00001 900 req 0% errors p99 0s |", "fail: error rate 31.9% > 2% over 47 requests at step 5%"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Line() = %q, want it to contain %q", got, want)
+		}
+	}
+}

@@ -64,6 +64,9 @@ type Service struct {
 	// Internal serves the service on the gateway's internal listener
 	// only (spec.VisibilityInternal).
 	Internal bool `json:"internal,omitempty"`
+	// Rollout is the service's latest rollout as its record says; the
+	// leader's rollout driver starts one it sees pending.
+	Rollout *consulroute.RolloutRoute `json:"rollout,omitempty"`
 }
 
 // Catalog is safe for concurrent use. Readers get copies; Changed lets a

@@ -35,13 +35,22 @@ type Record struct {
 	// once their Nomad job is purged; a crash in between leaves them here,
 	// so the next run finishes the job.
 	Deleting []string `json:"deleting,omitempty"`
+	// Rollout is the service's latest rollout (rollout.go): while it is in
+	// progress the route splits the latest share between its revisions.
+	Rollout *RolloutRoute `json:"rollout,omitempty"`
 	// UpdatedAt is when the record last changed. Publish ignores it when
 	// deciding whether anything changed.
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Route is the record's route, with latest resolved.
-func (r Record) Route() (Route, error) { return RouteFor(&r.Service, r.Latest) }
+func (r Record) Route() (Route, error) {
+	route, err := RouteFor(&r.Service, r.Latest)
+	if err != nil {
+		return Route{}, err
+	}
+	return applyRollout(route, r.Rollout, r.Latest, r.Service.LatestPercent()), nil
+}
 
 // Namespace is the record's namespace, spec.DefaultNamespace when empty.
 func (r Record) Namespace() string { return namespaceOrDefault(r.Service.Namespace) }

@@ -237,7 +237,7 @@ func feedRecords(ctx context.Context, src consulSource, cat *catalog.Catalog, lo
 			}
 			seen[rec.Service.Name] = true
 			cat.SetService(catalog.Service{Name: rec.Service.Name, Namespace: rec.Namespace(), Domains: rec.Service.Domains, Route: route,
-				HTTPSRedirect: rec.Service.HTTPS.Redirect, Internal: rec.Service.Internal()})
+				HTTPSRedirect: rec.Service.HTTPS.Redirect, Internal: rec.Service.Internal(), Rollout: rec.Rollout})
 		}
 		for _, s := range cat.Services() {
 			if !seen[s.Name] {

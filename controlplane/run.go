@@ -146,6 +146,15 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
+	rolloutMetrics, err := newRolloutMetrics(reg)
+	if err != nil {
+		return err
+	}
+	rollouts, err := newRolloutDriver(rolloutDriverConfig{Consul: consul, Nomad: nomad, Catalog: cat,
+		Measure: auto.TakeMeasurements, Metrics: rolloutMetrics, Logger: log})
+	if err != nil {
+		return err
+	}
 	admin, err := adminHandler(gw, auto, keys.verifier, certificates)
 	if err != nil {
 		return err
@@ -190,7 +199,19 @@ func Run(ctx context.Context, c Config) error {
 		defer close(released)
 		lock := consul.NewLock(consulroute.AutoscalerLockKey, c.Replica, consulroute.LockTTL,
 			consulroute.WithSessionCheck(spec.ActivatorServiceName, consul.ActivatorCheckID("")))
-		return autoscaler.RunWhenLeader(ctx, lock, auto.Run, log)
+		return autoscaler.RunWhenLeader(ctx, lock, func(ctx context.Context) error {
+			// The rollouts are driven beside the autoscaler, on its
+			// measurements, for exactly as long as it leads.
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				waitLeading(ctx, auto)
+				_ = rollouts.Run(ctx)
+			}()
+			err := auto.Run(ctx)
+			<-done
+			return err
+		}, log)
 	})
 	goRun("leader lookup", func(ctx context.Context) error { leader.follow(ctx, consul, log); return nil })
 	goRun("follow the admin API keyring", func(ctx context.Context) error { return keys.follow(ctx, consul) })

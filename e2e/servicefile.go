@@ -40,6 +40,9 @@ type Service struct {
 	// plain grpc-go server): run without arguments, with the task's
 	// protocol "h2c" and gRPC readiness.
 	GRPC bool
+	// Rollout, when set, is the body of the service's rollout block, as
+	// HCL ("steps = [10, 50]\n analysis { ... }").
+	Rollout string
 }
 
 // Scaling is the subset of the scaling block the scenarios set. Min and
@@ -157,6 +160,9 @@ func (s Service) HCL() string {
 			q[i] = strconv.Quote(v)
 		}
 		fmt.Fprintf(&b, "  %s = [%s]\n", l.name, strings.Join(q, ", "))
+	}
+	if s.Rollout != "" {
+		fmt.Fprintf(&b, "\n  rollout {\n%s\n  }\n", s.Rollout)
 	}
 	for _, t := range s.Traffic {
 		b.WriteString("\n  traffic {\n")

@@ -170,10 +170,10 @@
 //	                               # back to the previous revision. Pinned
 //	                               # targets and tags stay as written; a
 //	                               # rollout needs a latest target with a
-//	                               # percent. See package canary. NOT YET
-//	                               # CARRIED OUT: the block is validated
-//	                               # (with a warning saying so), and deploy
-//	                               # still moves the share at once
+//	                               # percent. The control plane's leader
+//	                               # drives it (package canary); deploy
+//	                               # prints every step and exits 1 on a
+//	                               # rollback (README: Safe rollouts)
 //
 //	  network {
 //	    mode         = "host"      # or "bridge"

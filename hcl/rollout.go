@@ -23,22 +23,8 @@ var (
 )
 
 // decodeRollout reads a rollout block on top of spec.DefaultAnalysis.
-// summaryRolloutNotDriven is the warning every rollout block gets until
-// the control plane drives rollouts.
-const summaryRolloutNotDriven = "rollout is checked but not carried out yet"
-
 func (d *decoder) decodeRollout(b *hcl2.Block) *spec.Rollout {
 	d.ranges["rollout"] = b.DefRange
-	// The block is checked, but no control plane of this version drives
-	// it yet (issue 42: the canary package is its state machine): say so
-	// rather than let a file look safer than its deploy is.
-	d.diags = append(d.diags, &hcl2.Diagnostic{
-		Severity: hcl2.DiagWarning,
-		Summary:  summaryRolloutNotDriven,
-		Detail: "This version validates the rollout block, but deploy still moves the latest traffic to a new revision at once, " +
-			"as without it. Keep a pinned traffic target for the revision you trust until steps are driven.",
-		Subject: b.DefRange.Ptr(),
-	})
 	c := d.content(b.Body, schema(b.Body, rolloutAttrs, []string{"analysis"}, nil), "rollout")
 	r := &spec.Rollout{Analysis: spec.DefaultAnalysis()}
 	d.setDuration(&r.Duration, c.Attributes["duration"], "rollout.duration")

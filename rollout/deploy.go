@@ -271,8 +271,10 @@ func (d *Deployer) apply(ctx context.Context, sp servicePlan) error {
 	// so the activator can hold early requests. Later revisions get traffic
 	// only once they are ready, unless -detach.
 	published := false
+	var ro *consulroute.RolloutRoute
 	if d.detach || sp.recordIdx == 0 {
-		if err := d.publish(ctx, svc, name); err != nil {
+		var err error
+		if ro, err = d.publish(ctx, svc, name); err != nil {
 			return err
 		}
 		published = true
@@ -289,7 +291,13 @@ func (d *Deployer) apply(ctx context.Context, sp servicePlan) error {
 		}
 	}
 	if !published {
-		if err := d.publish(ctx, svc, name); err != nil {
+		var err error
+		if ro, err = d.publish(ctx, svc, name); err != nil {
+			return err
+		}
+	}
+	if ro.InProgress() && ro.New == name && !d.detach {
+		if err := d.followRollout(ctx, svc, ro); err != nil {
 			return err
 		}
 	}
@@ -375,26 +383,37 @@ func countWithin(count int, s spec.Scaling) int {
 
 // publish routes the service with latest = revision, retrying when a
 // concurrent deploy or traffic change wins the record's check-and-set.
-func (d *Deployer) publish(ctx context.Context, svc *spec.Service, latest string) error {
+// With an active rollout block and another revision holding the latest
+// share, the revision is published at 0 % with a pending rollout, which it
+// returns (rolloutFor).
+func (d *Deployer) publish(ctx context.Context, svc *spec.Service, latest string) (*consulroute.RolloutRoute, error) {
 	for attempt := 0; ; attempt++ {
 		rec, idx, err := d.consul.ReadRecord(ctx, svc.Namespace, svc.Name)
 		if err != nil && !errors.Is(err, consulroute.ErrNotFound) {
-			return err
+			return nil, err
 		}
 		next := consulroute.Record{
 			Service:   *svc,
 			Latest:    latest,
 			Revisions: MergeRevisions(rec.Revisions, latest, svc.Traffic),
 			Deleting:  rec.Deleting,
+			Rollout:   d.rolloutFor(svc, rec, latest),
 			UpdatedAt: d.now().UTC(),
+		}
+		if ro := next.Rollout; ro.InProgress() {
+			next.Revisions = MergeRevisions(next.Revisions, ro.Previous, nil)
 		}
 		err = d.consul.Publish(ctx, next, idx)
 		if err == nil {
-			fmt.Fprintf(d.out, "%s: route published (%s)\n", svc.Name, DescribeTraffic(next))
-			return nil
+			if ro := next.Rollout; ro.InProgress() && ro.New == latest {
+				fmt.Fprintf(d.out, "%s: %s published at 0 %%; its rollout from %s starts (%s)\n", svc.Name, latest, ro.Previous, DescribeTraffic(next))
+			} else {
+				fmt.Fprintf(d.out, "%s: route published (%s)\n", svc.Name, DescribeTraffic(next))
+			}
+			return next.Rollout, nil
 		}
 		if !errors.Is(err, consulroute.ErrConflict) || attempt == 4 {
-			return err
+			return nil, err
 		}
 	}
 }

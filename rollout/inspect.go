@@ -32,6 +32,9 @@ type RevisionRow struct {
 	Percent int      `json:"percent"`
 	Tags    []string `json:"tags,omitempty"`
 	Latest  bool     `json:"latest,omitempty"`
+	// RolloutFailed: the service's latest rollout, of this revision,
+	// rolled back; it stays deployed at 0 %.
+	RolloutFailed bool `json:"rollout_failed,omitempty"`
 	// Retained and Why: the garbage collector's verdict.
 	Retained bool   `json:"retained"`
 	Why      string `json:"why"`
@@ -59,6 +62,9 @@ type ServiceView struct {
 	// that Nomad's scaling events still hold (any revision's; Nomad keeps
 	// a group's last 20 events), when View was asked for events.
 	LastWake *spec.WakeTimeline `json:"last_wake,omitempty"`
+	// Rollout is the service's latest rollout: its phase, step, reason
+	// and history (judgments with both revisions' figures).
+	Rollout *consulroute.RolloutRoute `json:"rollout,omitempty"`
 }
 
 // Inspector reads what Nomad, Consul and the control plane say of
@@ -102,7 +108,7 @@ func (in *Inspector) View(ctx context.Context, namespace, service string, autosc
 	if err != nil && !errors.Is(err, consulroute.ErrNotFound) {
 		return ServiceView{}, err
 	}
-	v := ServiceView{Service: service, Namespace: namespace, Latest: rec.Latest}
+	v := ServiceView{Service: service, Namespace: namespace, Latest: rec.Latest, Rollout: rec.Rollout}
 	if route, rerr := rec.Route(); rerr == nil && rec.Latest != "" {
 		v.Route = route
 	}
@@ -124,7 +130,8 @@ func (in *Inspector) View(ctx context.Context, namespace, service string, autosc
 			Revision: r.Name, Generation: r.Generation, Created: r.Created,
 			Desired: r.Desired, Running: r.Running, Stopped: r.Stopped,
 			Percent: percent[r.Name], Tags: tags[r.Name], Latest: r.Name == rec.Latest,
-			Retained: true,
+			RolloutFailed: rec.Rollout != nil && rec.Rollout.New == r.Name && rec.Rollout.Phase == consulroute.RolloutRolledBack,
+			Retained:      true,
 		}
 		if d, ok := why[r.Name]; ok {
 			row.Retained, row.Why = d.Keep, d.Reason

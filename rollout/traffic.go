@@ -116,6 +116,14 @@ func SetTraffic(ctx context.Context, nomad RevisionStore, consul RecordStore, na
 		}
 		rec.Service = svc
 		rec.Revisions = MergeRevisions(rec.Revisions, rec.Latest, svc.Traffic)
+		if ro := rec.Rollout; ro.InProgress() {
+			// A person's traffic wins over a rollout in progress: it stops,
+			// and latest means its new revision from now on.
+			c := *ro
+			c.Phase, c.EndedAt = consulroute.RolloutStopped, time.Now().UTC()
+			c.Reason = "traffic was set by a person"
+			rec.Rollout = &c
+		}
 		rec.UpdatedAt = time.Now().UTC()
 		err = consul.Publish(ctx, rec, idx)
 		if err == nil {

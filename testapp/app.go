@@ -71,6 +71,8 @@ type App struct {
 
 	failReady atomic.Bool
 	failLive  atomic.Bool
+	// failSeq numbers work requests for Config.FailPercent.
+	failSeq atomic.Uint64
 
 	inFlight   atomic.Int64
 	maxConc    atomic.Int64
@@ -253,6 +255,9 @@ func (a *App) serveWork(w http.ResponseWriter, r *http.Request) {
 			a.burn(a.cfg.CPU)
 		}
 		h["Content-Type"] = textPlain
+		if a.failsNext() {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
 		w.Write(okBody)
 		return
 	}
@@ -317,6 +322,8 @@ func (a *App) serveQuery(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		status = s
+	} else if a.failsNext() {
+		status = http.StatusInternalServerError
 	}
 	if sleep > 0 {
 		t := time.NewTimer(sleep)
@@ -456,4 +463,17 @@ func (a *App) burn(d time.Duration) {
 		// Stored so the compiler cannot drop the loop.
 		a.sink.Store(x)
 	}
+}
+
+// failsNext reports whether this work request is one of the FailPercent
+// that answer 500: request n fails when n*37 mod 100 is below the
+// percentage, so every 100 consecutive requests hold exactly that many
+// failures, spread rather than in a run.
+func (a *App) failsNext() bool {
+	p := a.cfg.FailPercent
+	if p <= 0 {
+		return false
+	}
+	n := a.failSeq.Add(1)
+	return int(n*37%100) < p
 }

@@ -223,3 +223,35 @@ func TestFile(t *testing.T) {
 		t.Errorf("no path: %d, want 400", code)
 	}
 }
+
+func TestFailPercent(t *testing.T) {
+	_, srv := newApp(t, testapp.Config{FailPercent: 30})
+	failed := 0
+	for range 200 {
+		resp, err := http.Get(srv.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusInternalServerError {
+			failed++
+		}
+	}
+	if failed != 60 {
+		t.Errorf("%d of 200 requests answered 500, want 60 (30%%)", failed)
+	}
+	// An explicit status query still wins.
+	resp, err := http.Get(srv.URL + "/?status=204")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("status=204 answered %d", resp.StatusCode)
+	}
+	if _, err := testapp.ConfigFromEnv(func(k string) string {
+		return map[string]string{testapp.EnvPort: "8080", testapp.EnvFailPercent: "101"}[k]
+	}); err == nil {
+		t.Error("TESTAPP_FAIL_PERCENT=101 was taken")
+	}
+}

@@ -19,6 +19,10 @@ const (
 	EnvNotReady   = "TESTAPP_FAIL_READY"   // "true": /ready fails until POST /ready-ok
 	EnvName       = "TESTAPP_NAME"         // echoed in the X-Testapp-Name response header
 	EnvGraceStop  = "TESTAPP_STOP_TIMEOUT" // on SIGTERM, wait this long for requests (default 5s)
+	// EnvFailPercent makes that share of work requests without a status
+	// query answer 500, spread evenly: a revision that passes readiness
+	// and then fails some requests (the rollout scenario's bad revision).
+	EnvFailPercent = "TESTAPP_FAIL_PERCENT"
 )
 
 // Config is the test app's configuration.
@@ -32,6 +36,8 @@ type Config struct {
 	FailReady  bool
 	Name       string
 	StopGrace  time.Duration
+	// FailPercent of work requests answer 500 (EnvFailPercent).
+	FailPercent int
 }
 
 // ConfigFromEnv reads the configuration; getenv is os.Getenv in the binary.
@@ -64,6 +70,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	dur(EnvSleep, &c.Sleep)
 	dur(EnvCPU, &c.CPU)
 	dur(EnvGraceStop, &c.StopGrace)
+	if v := getenv(EnvFailPercent); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 100 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a whole percentage from 0 to 100", EnvFailPercent, v))
+		}
+		c.FailPercent = n
+	}
 	switch v := getenv(EnvNotReady); v {
 	case "", "false", "0":
 	case "true", "1":

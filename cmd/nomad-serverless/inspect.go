@@ -59,6 +59,9 @@ func trafficCell(r rollout.RevisionRow) string {
 	if r.Latest {
 		parts = append(parts, "latest")
 	}
+	if r.RolloutFailed {
+		parts = append(parts, "rollout failed")
+	}
 	if len(parts) == 0 {
 		return "-"
 	}

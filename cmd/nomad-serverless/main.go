@@ -40,6 +40,7 @@ func commands() map[string]command {
 		"deploy":       {"make a revision of each service in a file and route traffic to it", runDeploy},
 		"revisions":    {"list a service's revisions", runRevisions},
 		"traffic":      {"change how a service's traffic splits over revisions", runTraffic},
+		"rollback":     {"send a service's latest share back to the previous revision at once", runRollback},
 		"status":       {"show a service's route, revisions and scaling state", runStatus},
 		"logs":         {"follow the logs of a service's running instances", runLogs},
 		"list":         {"list every service", runList},

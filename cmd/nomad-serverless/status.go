@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/certs"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/rollout"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -80,6 +81,7 @@ zero, one line per step.
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Revision, trafficCell(r), r.Desired, r.Running, r.Ready, stable, panicV, mode, orDash(reason))
 	}
 	_ = tw.Flush()
+	writeRollout(e.stdout, v.Rollout)
 	writeCertificates(e.stdout, v.Certificates)
 	writeLastWake(e.stdout, v.LastWake, in.Now())
 	explainStatus(ctx, in, v, e.stdout)
@@ -147,4 +149,31 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// statusRolloutLines is how many of a rollout's last history lines status
+// shows (status -json has them all).
+const statusRolloutLines = 12
+
+// writeRollout prints the service's latest rollout: its state, step and
+// figures (the judgments' lines), and how it ended.
+func writeRollout(w io.Writer, ro *consulroute.RolloutRoute) {
+	if ro == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nRollout:   %s -> %s: %s", ro.Previous, ro.New, ro.Phase)
+	if ro.Steps > 0 && ro.Step > 0 {
+		fmt.Fprintf(w, ", step %d of %d (%d%% of the latest share; %s has %d%% of all requests)", ro.Step, ro.Steps, ro.StepPct, ro.New, ro.NewPercent)
+	}
+	if ro.Phase == consulroute.RolloutRolledBack {
+		fmt.Fprintf(w, " (%s is marked failed)", ro.New)
+	}
+	fmt.Fprintln(w)
+	if ro.Reason != "" {
+		fmt.Fprintf(w, "  why: %s\n", ro.Reason)
+	}
+	h := ro.History[max(0, len(ro.History)-statusRolloutLines):]
+	for _, ev := range h {
+		fmt.Fprintf(w, "  %s  %s\n", ev.At.Format(time.TimeOnly), ev.Message)
+	}
 }
