@@ -96,9 +96,11 @@ type Decision struct {
 	Wanted int
 
 	Metric spec.Metric
-	// Target is the per-instance value aimed for (target x utilization).
+	// Target is the per-instance value aimed for (target x utilization;
+	// for cpu and memory the target percentage itself).
 	Target float64
-	// Stable and Panic are the observed window averages (revision totals).
+	// Stable and Panic are the observed window averages (revision totals;
+	// for cpu and memory the instances' percentages summed).
 	Stable float64
 	Panic  float64
 	Data   bool
