@@ -293,7 +293,7 @@ func (l *loop) decide(ctx context.Context, order []*revState, fresh bool) {
 }
 
 // sync copies what the loop needs of a catalog revision and resizes the
-// window when the stable window changed.
+// window when the stable window changed (empties it when the metric did).
 func (l *loop) sync(st *revState, r *catalog.Revision) {
 	st.service = r.Service
 	st.concurrency = r.Concurrency
@@ -303,10 +303,13 @@ func (l *loop) sync(st *revState, r *catalog.Revision) {
 	}
 	st.scaling = r.Scaling
 	s := effectiveScaling(r.Scaling)
-	st.metric = s.Metric
 	tick := l.a.cfg.Tick
-	if st.win.buckets == nil {
+	if st.win.buckets == nil || s.Metric != st.metric {
+		// A new metric (scaling changes in place, from concurrency to
+		// cpu, say): the old samples are in another unit. The emptied
+		// window holds the count (no data) until it fills again.
 		st.win = newWindow(s.Window, tick)
+		st.metric = s.Metric
 	} else {
 		st.win.resize(bucketsFor(s.Window, tick)) // keeps the ring when its size holds
 	}

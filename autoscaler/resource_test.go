@@ -175,3 +175,43 @@ func TestAutoscalerCPUWithoutReader(t *testing.T) {
 		t.Fatalf("state %+v, want no-data keeping 2 and 120 failed reads", st)
 	}
 }
+
+// Scaling changes in place: a revision moved from concurrency to cpu drops
+// its concurrency samples (another unit) rather than averaging them with
+// percentages, and holds its count until cpu samples arrive.
+func TestAutoscalerMetricChangeEmptiesTheWindow(t *testing.T) {
+	res := newFakeResources()
+	a, cat, scr, sc, clk := newTestAutoscaler(t, func(c *Config) { c.Resources = res })
+	const rev = "burn-00001"
+	insts, ids := nomadInstances(rev, 2)
+	cat.SetRevision(testRevision(rev, 2, nil))
+	cat.SetReady(rev, insts)
+	for _, in := range insts {
+		scr.set(in.ID, 60)
+	}
+	l := startLoop(t, a)
+	ctx := context.Background()
+	tickN(ctx, l, clk, 3, 2*time.Second)
+	if st, _ := a.State(rev); st.Stable != 120 || st.Metric != spec.MetricConcurrency {
+		t.Fatalf("state %+v, want 120 concurrent", st)
+	}
+	calls := len(sc.Calls())
+
+	cat.SetRevision(testRevision(rev, 2, func(s *spec.Scaling) { s.Metric, s.Target, s.Min = spec.MetricCPU, 50, 1 }))
+	for _, id := range ids {
+		res.fail(id, errors.New("not measured yet"))
+	}
+	tickN(ctx, l, clk, 1, 2*time.Second)
+	if st, _ := a.State(rev); st.Rule != RuleNoData || st.Desired != 2 || st.Metric != spec.MetricCPU {
+		t.Fatalf("state %+v, want cpu with no data, keeping 2", st)
+	}
+	res.set(ids[0], 30)
+	res.set(ids[1], 40)
+	tickN(ctx, l, clk, 1, 2*time.Second)
+	if st, _ := a.State(rev); st.Stable != 70 {
+		t.Fatalf("stable %v, want 70 (cpu samples only)", st.Stable)
+	}
+	if got := sc.Calls()[calls:]; len(got) > 0 && got[0].Count < 2 {
+		t.Errorf("scaled down to %d on the change of metric", got[0].Count)
+	}
+}
