@@ -13,13 +13,18 @@ import (
 )
 
 // The allocation stats recorded from real agents (test/fixtures/testdata/
-// allocstats, record.py): a revision-shaped raw_exec job whose user task
-// burns one core with 100 MHz and 64 MiB reserved.
-func allocStatsFixtures(t *testing.T, version string) (read, stats, unknown fixtures.Exchange, allocID string) {
+// allocstats, record.py): a revision-shaped job whose user task burns one
+// core with 100 MHz and 64 MiB reserved, on raw_exec (driver "") or docker.
+func allocStatsFixtures(t *testing.T, version, driver string) (read, stats, unknown fixtures.Exchange, allocID string) {
 	t.Helper()
 	dir := "allocstats/nomad-" + version + "/"
-	read = fixtures.Load(t, dir+"080-allocation-read-reserved.json")
-	stats = fixtures.Load(t, dir+"081-allocation-stats.json")
+	if driver == "docker" {
+		read = fixtures.Load(t, dir+"083-allocation-read-reserved-docker.json")
+		stats = fixtures.Load(t, dir+"084-allocation-stats-docker.json")
+	} else {
+		read = fixtures.Load(t, dir+"080-allocation-read-reserved.json")
+		stats = fixtures.Load(t, dir+"081-allocation-stats.json")
+	}
 	unknown = fixtures.Load(t, dir+"082-allocation-stats-unknown.json")
 	allocID = strings.TrimPrefix(read.Request.Path, "/v1/allocation/")
 	return read, stats, unknown, allocID
@@ -27,21 +32,24 @@ func allocStatsFixtures(t *testing.T, version string) (read, stats, unknown fixt
 
 func TestUsageReaderRecorded(t *testing.T) {
 	for _, tc := range []struct {
-		version string
+		version, driver string
 		// What the recorded answers hold: TotalTicks of the user task
 		// (MHz) and its RSS. Nomad 1.6's raw_exec counts its executor
 		// process (about 63 MiB) among the task's processes; 2.0 does
-		// not.
+		// not. docker measures the cgroup's Usage too (page cache
+		// included), and RSS is what is read.
 		cpuMHz float64
 		rss    uint64
 		cpuPct float64
 		memPct float64
 	}{
-		{"1.6", 2174.9613549432306, 71229440, 2174.9613549432306, 71229440.0 / (64 << 20) * 100},
-		{"2.0", 2271.1458078758915, 5300224, 2271.1458078758915, 5300224.0 / (64 << 20) * 100},
+		{"1.6", "raw_exec", 2174.9613549432306, 71229440, 2174.9613549432306, 71229440.0 / (64 << 20) * 100},
+		{"2.0", "raw_exec", 2271.1458078758915, 5300224, 2271.1458078758915, 5300224.0 / (64 << 20) * 100},
+		{"1.6", "docker", 2310.359568, 655360, 2310.359568, 655360.0 / (64 << 20) * 100},
+		{"2.0", "docker", 2320.8048409000003, 585728, 2320.8048409000003, 585728.0 / (64 << 20) * 100},
 	} {
-		t.Run("nomad "+tc.version, func(t *testing.T) {
-			read, stats, unknown, allocID := allocStatsFixtures(t, tc.version)
+		t.Run("nomad "+tc.version+" "+tc.driver, func(t *testing.T) {
+			read, stats, unknown, allocID := allocStatsFixtures(t, tc.version, tc.driver)
 			c, r := newTestClient(t, read, stats, unknown)
 			ur := NewUsageReader(c)
 			ctx := testCtx(t)
@@ -90,7 +98,7 @@ func TestUsageReaderRecorded(t *testing.T) {
 func TestUsageReaderUnknownAllocation(t *testing.T) {
 	for _, version := range []string{"1.6", "2.0"} {
 		t.Run("nomad "+version, func(t *testing.T) {
-			read, _, unknown, _ := allocStatsFixtures(t, version)
+			read, _, unknown, _ := allocStatsFixtures(t, version, "")
 			const gone = "00000000-0000-0000-0000-000000000000"
 			// The reservation is known; the stats are not there.
 			read.Request.Path = "/v1/allocation/" + gone
@@ -106,7 +114,7 @@ func TestUsageReaderUnknownAllocation(t *testing.T) {
 // A client that has not measured the serving task yet answers without it
 // (or with a zero timestamp): unknown, never 0%.
 func TestUsageReaderNoStatsYet(t *testing.T) {
-	read, stats, _, allocID := allocStatsFixtures(t, "2.0")
+	read, stats, _, allocID := allocStatsFixtures(t, "2.0", "")
 	stats.Response.Body = []byte(`{"ResourceUsage": null, "Tasks": {}, "Timestamp": 0}`)
 	c, _ := newTestClient(t, read, stats)
 	if _, err := NewUsageReader(c).Utilization(testCtx(t), "cpu-00001", allocID, spec.MetricCPU); err == nil || !strings.Contains(err.Error(), `no stats of task "user" yet`) {
