@@ -57,6 +57,13 @@ type Config struct {
 	Scaler    Scaler
 	// Scraper reads sidecar stats; nil scrapes them over HTTP.
 	Scraper StatsScraper
+	// Resources reads the cpu and memory use of revisions scaled on them
+	// (nomadjob.UsageReader); nil leaves those revisions without data,
+	// so they stay at their count (and at least at min).
+	Resources ResourceReader
+	// ResourceConcurrency is how many Resources reads run at once;
+	// default 8.
+	ResourceConcurrency int
 	// Tick is how often every revision is decided; default 2s. It is also
 	// the windows' bucket size.
 	Tick time.Duration
@@ -126,8 +133,8 @@ func New(cfg Config) (*Autoscaler, error) {
 	if cfg.Tick < 0 || cfg.ScrapeTimeout < 0 || cfg.DemandTTL < 0 || cfg.RetryBackoff < 0 {
 		return nil, errors.New("autoscaler: Tick, ScrapeTimeout, DemandTTL and RetryBackoff must not be negative")
 	}
-	if cfg.ScrapeConcurrency < 0 || cfg.RetryAttempts < 0 {
-		return nil, errors.New("autoscaler: ScrapeConcurrency and RetryAttempts must not be negative")
+	if cfg.ScrapeConcurrency < 0 || cfg.ResourceConcurrency < 0 || cfg.RetryAttempts < 0 {
+		return nil, errors.New("autoscaler: ScrapeConcurrency, ResourceConcurrency and RetryAttempts must not be negative")
 	}
 	if cfg.Tick == 0 {
 		cfg.Tick = 2 * time.Second
@@ -140,6 +147,9 @@ func New(cfg Config) (*Autoscaler, error) {
 	}
 	if cfg.ScrapeConcurrency == 0 {
 		cfg.ScrapeConcurrency = 64
+	}
+	if cfg.ResourceConcurrency == 0 {
+		cfg.ResourceConcurrency = 8
 	}
 	if cfg.DemandTTL == 0 {
 		cfg.DemandTTL = 5 * time.Second
@@ -326,7 +336,10 @@ type RevisionState struct {
 	Actual  int `json:"actual"`
 
 	Metric spec.Metric `json:"metric"`
-	// Target is the per-instance target (target x utilization).
+	// Target is the per-instance target (target x utilization; for cpu
+	// and memory the target percentage itself). Stable and Panic are
+	// revision totals (for cpu and memory: percentages of the serving
+	// task's reservation, summed over the ready instances).
 	Target    float64 `json:"target"`
 	Stable    float64 `json:"stable"`
 	Panic     float64 `json:"panic"`

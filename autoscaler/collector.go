@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -88,11 +89,20 @@ func sampleSize(population int) int {
 	return int(math.Ceil(n * x / (n + x - 1)))
 }
 
+// ResourceReader reads how much of its reservation the serving task of
+// one instance uses, as a percentage: the metric of revisions scaled on cpu
+// or memory (m), from Nomad's allocation stats. *nomadjob.UsageReader is
+// one. The autoscaler calls it from several goroutines at once, only for
+// such revisions.
+type ResourceReader interface {
+	Utilization(ctx context.Context, revision, allocID string, m spec.Metric) (float64, error)
+}
+
 // scrapeJob is one instance to scrape this tick; scrapeResult its answer.
 type scrapeJob struct {
-	rev  int32                 // index of the revision in the tick
-	rps  bool                  // read RPS instead of concurrency
-	inst *consulroute.Instance // points into the revision's ready list of this tick
+	rev    int32                 // index of the revision in the tick
+	metric spec.Metric           // what to read (an effective metric: never "")
+	inst   *consulroute.Instance // points into the revision's ready list of this tick
 }
 
 type scrapeResult struct {
@@ -105,8 +115,14 @@ type scrapeResult struct {
 // allocates little besides the scrapes themselves. Owned by the loop.
 type collector struct {
 	scraper StatsScraper
-	timeout time.Duration
-	workers int
+	// resources reads cpu and memory use (nil: unknown, every tick); at
+	// most cap(resourceSem) reads run at once, because each is a request
+	// to a Nomad server, which forwards it to a client, where a sidecar
+	// scrape reaches the instance itself.
+	resources   ResourceReader
+	resourceSem chan struct{}
+	timeout     time.Duration
+	workers     int
 
 	jobs    []scrapeJob
 	results []scrapeResult
@@ -117,8 +133,8 @@ func (c *collector) reset() {
 	c.jobs = c.jobs[:0]
 }
 
-func (c *collector) add(rev int32, rps bool, inst *consulroute.Instance) {
-	c.jobs = append(c.jobs, scrapeJob{rev: rev, rps: rps, inst: inst})
+func (c *collector) add(rev int32, metric spec.Metric, inst *consulroute.Instance) {
+	c.jobs = append(c.jobs, scrapeJob{rev: rev, metric: metric, inst: inst})
 }
 
 // run scrapes every job, at most workers at a time, and fills results. A
@@ -164,6 +180,10 @@ func (c *collector) run(ctx context.Context) {
 
 func (c *collector) scrapeOne(ctx context.Context, i int) {
 	j := &c.jobs[i]
+	if j.metric.Resource() {
+		c.readResource(ctx, i)
+		return
+	}
 	st, err := c.scraper.Scrape(ctx, *j.inst)
 	if err == nil && st.Revision != "" && j.inst.Revision != "" && st.Revision != j.inst.Revision {
 		// The port now belongs to another revision's sidecar.
@@ -174,7 +194,7 @@ func (c *collector) scrapeOne(ctx context.Context, i int) {
 		return
 	}
 	v := st.AverageConcurrency
-	if j.rps {
+	if j.metric == spec.MetricRPS {
 		v = st.RPS
 		if v == 0 && st.IntervalSeconds > 0 {
 			v = st.Requests / st.IntervalSeconds
@@ -182,6 +202,38 @@ func (c *collector) scrapeOne(ctx context.Context, i int) {
 	}
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 		c.failed[i] = fmt.Errorf("scrape %s: invalid value %v", j.inst.ID, v)
+		return
+	}
+	c.results[i] = scrapeResult{value: v, ok: true}
+}
+
+// readResource reads job i's cpu or memory use from Nomad. A failure, or
+// an instance whose Consul service ID names no allocation, leaves it
+// unknown this tick.
+func (c *collector) readResource(ctx context.Context, i int) {
+	j := &c.jobs[i]
+	if c.resources == nil {
+		c.failed[i] = fmt.Errorf("read %s use of %s: the autoscaler has no resource reader (Config.Resources)", j.metric, j.inst.ID)
+		return
+	}
+	allocID, ok := nomadjob.ServiceAllocID(j.inst.ID)
+	if !ok {
+		c.failed[i] = fmt.Errorf("read %s use of %s: its Consul service ID names no Nomad allocation", j.metric, j.inst.ID)
+		return
+	}
+	select {
+	case c.resourceSem <- struct{}{}:
+		defer func() { <-c.resourceSem }()
+	case <-ctx.Done():
+		c.failed[i] = fmt.Errorf("read %s use of revision %s in allocation %s: %w", j.metric, j.inst.Revision, allocID, ctx.Err())
+		return
+	}
+	v, err := c.resources.Utilization(ctx, j.inst.Revision, allocID, j.metric)
+	if err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v < 0) {
+		err = fmt.Errorf("read %s use of revision %s in allocation %s: invalid value %v", j.metric, j.inst.Revision, allocID, v)
+	}
+	if err != nil {
+		c.failed[i] = err
 		return
 	}
 	c.results[i] = scrapeResult{value: v, ok: true}

@@ -130,11 +130,11 @@ func TestCollectorMarksFailuresUnknown(t *testing.T) {
 		instanceOf(t, "d", "hello-00001", slow.URL),
 		{ID: "e", Revision: "hello-00001", Address: "127.0.0.1", AdminPort: closedPort(t)},
 	}
-	c.add(0, false, &insts[0])
-	c.add(0, true, &insts[1])
-	c.add(1, false, &insts[2])
-	c.add(1, false, &insts[3])
-	c.add(2, false, &insts[4])
+	c.add(0, spec.MetricConcurrency, &insts[0])
+	c.add(0, spec.MetricRPS, &insts[1])
+	c.add(1, spec.MetricConcurrency, &insts[2])
+	c.add(1, spec.MetricConcurrency, &insts[3])
+	c.add(2, spec.MetricConcurrency, &insts[4])
 	start := time.Now()
 	c.run(context.Background())
 	if took := time.Since(start); took > 10*time.Second {

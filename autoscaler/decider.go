@@ -221,6 +221,15 @@ func (d *Decider) Decide(in Inputs, now time.Time) Decision {
 		d.delay.reset()
 	}
 
+	if s.Metric.Resource() && obs.Gap && desired < in.Count {
+		// Some instances' usage could not be read this tick. The
+		// windows then average what was read, which for CPU or memory
+		// says nothing of the instances that were not: they may be the
+		// busy ones (a saturated node answers late). Missing stats
+		// never scale a resource-metric revision down; up is safe.
+		desired, rule = in.Count, RuleMissingStats
+	}
+
 	if !d.initialized && desired < s.Initial {
 		desired, rule = s.Initial, RuleInitial
 	}
@@ -291,10 +300,15 @@ func later(a, b time.Time) time.Time {
 // stay in the request path. BurstCapacity 0 keeps it out except at zero,
 // Unlimited keeps it in always; at zero ready instances, or when the
 // revision is heading to zero, it is in the path whatever the setting.
+//
+// A revision scaled on cpu or memory has no request capacity to measure
+// the burst against: as with Knative's HPA class (its SKS always in serve
+// mode) the activator is in its path only at zero instances, unless
+// burst_capacity is -1, whatever burst_capacity says otherwise.
 func excessBurstCapacity(s spec.Scaling, ready int, total, panic float64, towardZero bool) float64 {
 	var ebc float64
 	switch {
-	case s.BurstCapacity == 0:
+	case s.BurstCapacity == 0, s.Metric.Resource() && s.BurstCapacity != spec.Unlimited:
 		ebc = 0
 	case s.BurstCapacity > 0:
 		ebc = math.Floor(float64(ready)*total - s.BurstCapacity - panic)
@@ -309,8 +323,15 @@ func excessBurstCapacity(s spec.Scaling, ready int, total, panic float64, toward
 
 // capacity returns one instance's full capacity (Knative's TotalValue) and
 // the target the decider aims for (TargetValue = total x utilization).
+//
+// With cpu or memory the target is already a share of the serving task's
+// reservation (Knative's HPA class takes it as is): utilization does not
+// apply, and one instance's full capacity is the target itself.
 func capacity(s spec.Scaling, concurrency int) (total, target float64) {
 	total = s.Target
+	if s.Metric.Resource() {
+		return total, math.Max(0.01, total)
+	}
 	if s.Metric == spec.MetricConcurrency && concurrency > 0 && float64(concurrency) < total {
 		total = float64(concurrency)
 	}
@@ -322,7 +343,9 @@ func capacity(s spec.Scaling, concurrency int) (total, target float64) {
 // Validated services never need it; hand-built catalog entries might.
 func effectiveScaling(s spec.Scaling) spec.Scaling {
 	def := spec.DefaultScaling()
-	if s.Metric != spec.MetricRPS {
+	switch s.Metric {
+	case spec.MetricRPS, spec.MetricCPU, spec.MetricMemory:
+	default:
 		s.Metric = spec.MetricConcurrency
 	}
 	if s.Target <= 0 {
@@ -350,6 +373,14 @@ func effectiveScaling(s spec.Scaling) spec.Scaling {
 		s.ActivationScale = 1
 	}
 	s.Min, s.Max, s.Initial = max(s.Min, 0), max(s.Max, 0), max(s.Initial, 0)
+	if s.Metric.Resource() {
+		// Validation refuses less; a hand-built entry must not reach
+		// zero either: at zero there is nothing to measure.
+		s.Min = max(s.Min, spec.MinResourceScale)
+		if s.Max > 0 && s.Max < s.Min {
+			s.Max = s.Min
+		}
+	}
 	if s.ScaleToZeroGrace < 0 {
 		s.ScaleToZeroGrace = 0
 	}

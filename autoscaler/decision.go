@@ -2,6 +2,7 @@ package autoscaler
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -38,6 +39,10 @@ const (
 	// RuleMin and RuleMax: the count was raised to min or lowered to max.
 	RuleMin
 	RuleMax
+	// RuleMissingStats: a revision scaled on cpu or memory would scale
+	// down, but the usage of some of its instances could not be read this
+	// tick; the count is kept.
+	RuleMissingStats
 )
 
 var ruleNames = [...]string{
@@ -53,6 +58,7 @@ var ruleNames = [...]string{
 	RuleZero:           "zero",
 	RuleMin:            "min",
 	RuleMax:            "max",
+	RuleMissingStats:   "missing-stats",
 }
 
 func (r Rule) String() string {
@@ -90,9 +96,11 @@ type Decision struct {
 	Wanted int
 
 	Metric spec.Metric
-	// Target is the per-instance value aimed for (target x utilization).
+	// Target is the per-instance value aimed for (target x utilization;
+	// for cpu and memory the target percentage itself).
 	Target float64
-	// Stable and Panic are the observed window averages (revision totals).
+	// Stable and Panic are the observed window averages (revision totals;
+	// for cpu and memory the instances' percentages summed).
 	Stable float64
 	Panic  float64
 	Data   bool
@@ -116,6 +124,23 @@ type Decision struct {
 	AwaitingActivator bool
 }
 
+// resourceLoad says how a revision scaled on cpu or memory uses its
+// reservation against the target, per instance on average: "cpu 85% of
+// reserved > target 70%". total is a window's revision total. The sign
+// compares the numbers as printed, so it never reads "70% > target 70%".
+func (d Decision) resourceLoad(total float64) string {
+	v := math.Round(d.perInstance(total))
+	target := strconv.FormatFloat(d.Target, 'f', -1, 64)
+	sign := "="
+	switch t, _ := strconv.ParseFloat(target, 64); {
+	case v > t:
+		sign = ">"
+	case v < t:
+		sign = "<"
+	}
+	return fmt.Sprintf("%s %.0f%% of reserved %s target %s%%", d.Metric, v, sign, target)
+}
+
 func (d Decision) unit() string {
 	if d.Metric == spec.MetricRPS {
 		return "requests/s"
@@ -131,6 +156,11 @@ func (d Decision) perInstance(v float64) float64 {
 // Reason is the decision as a sentence for people: the reason of a scale
 // call in `nomad job scaling-events`, and the status output.
 func (d Decision) Reason() string {
+	if d.Metric.Resource() {
+		if r, ok := d.resourceReason(); ok {
+			return r
+		}
+	}
 	switch d.Rule {
 	case RuleNoData:
 		return fmt.Sprintf("no metrics: keeping %d", d.Desired)
@@ -164,6 +194,36 @@ func (d Decision) Reason() string {
 		return fmt.Sprintf("%s: %d (demand wants %d)", name, d.Desired, d.Wanted)
 	}
 	return d.Rule.String()
+}
+
+// resourceReason is Reason for the rules whose sentence names the metric,
+// when it is cpu or memory; false for the others (their sentence is the
+// same for every metric).
+func (d Decision) resourceReason() (string, bool) {
+	switch d.Rule {
+	case RuleStable:
+		return d.resourceLoad(d.Stable), true
+	case RulePanic:
+		return "panic: " + d.resourceLoad(d.Panic), true
+	case RuleActivation:
+		return fmt.Sprintf("activation scale: at least %d (%s)", d.Desired, d.resourceLoad(d.Stable)), true
+	case RuleMissingStats:
+		return fmt.Sprintf("%s use of some instances unknown: not scaling down from %d (%s over the rest)", d.Metric, d.Desired, d.resourceLoad(d.Stable)), true
+	case RuleMin, RuleMax:
+		if !d.Data {
+			return "", false
+		}
+		load := d.resourceLoad(d.Stable)
+		if d.PanicMode && d.Panic > d.Stable {
+			load = "panic: " + d.resourceLoad(d.Panic)
+		}
+		name := "min"
+		if d.Rule == RuleMax {
+			name = "max"
+		}
+		return fmt.Sprintf("%s: %d (%s wants %d)", name, d.Desired, load, d.Wanted), true
+	}
+	return "", false
 }
 
 // Meta is the numbers behind the decision, attached to the Nomad scaling

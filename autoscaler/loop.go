@@ -16,6 +16,7 @@ type revState struct {
 	name        string
 	service     string
 	scaling     spec.Scaling
+	metric      spec.Metric // the effective metric (never "")
 	concurrency int
 	count       int // the job's count as the catalog says
 
@@ -55,9 +56,11 @@ func newLoop(a *Autoscaler) *loop {
 		a:    a,
 		revs: map[string]*revState{},
 		col: collector{
-			scraper: a.scraper,
-			timeout: a.cfg.ScrapeTimeout,
-			workers: a.cfg.ScrapeConcurrency,
+			scraper:     a.scraper,
+			resources:   a.cfg.Resources,
+			resourceSem: make(chan struct{}, a.cfg.ResourceConcurrency),
+			timeout:     a.cfg.ScrapeTimeout,
+			workers:     a.cfg.ScrapeConcurrency,
 		},
 		sem: make(chan struct{}, 16),
 	}
@@ -206,7 +209,8 @@ func (l *loop) decide(ctx context.Context, order []*revState, fresh bool) {
 	now := a.cfg.Now()
 	l.gatherDemand(now, l.gen)
 
-	// Scrape a sample of each revision's ready instances.
+	// Scrape a sample of each revision's ready instances: their sidecars,
+	// or Nomad's stats of them for a revision scaled on cpu or memory.
 	l.col.reset()
 	for i, st := range order {
 		if fresh {
@@ -214,9 +218,8 @@ func (l *loop) decide(ctx context.Context, order []*revState, fresh bool) {
 		}
 		n := len(st.ready)
 		sampled := sampleSize(n)
-		rps := st.scaling.Metric == spec.MetricRPS
 		for k := range sampled {
-			l.col.add(int32(i), rps, &st.ready[(st.cursor+k)%n])
+			l.col.add(int32(i), st.metric, &st.ready[(st.cursor+k)%n])
 		}
 		if n > 0 {
 			st.cursor = (st.cursor + sampled) % n
@@ -244,6 +247,14 @@ func (l *loop) decide(ctx context.Context, order []*revState, fresh bool) {
 		}
 		gap := failed > 0
 		switch {
+		case st.metric.Resource():
+			// Usage only: requests held at the activator are not cpu
+			// or memory. With no ready instance nothing is known, and
+			// old samples must not decide alone (gap: no scale-down).
+			if ok > 0 {
+				st.win.record(now, sum/float64(ok)*float64(len(st.ready)))
+			}
+			gap = gap || ok == 0
 		case len(st.ready) == 0:
 			// Nothing to scrape: the demand is what the activators hold.
 			// (With the RPS metric a held request counts as one request
@@ -282,7 +293,7 @@ func (l *loop) decide(ctx context.Context, order []*revState, fresh bool) {
 }
 
 // sync copies what the loop needs of a catalog revision and resizes the
-// window when the stable window changed.
+// window when the stable window changed (empties it when the metric did).
 func (l *loop) sync(st *revState, r *catalog.Revision) {
 	st.service = r.Service
 	st.concurrency = r.Concurrency
@@ -293,8 +304,12 @@ func (l *loop) sync(st *revState, r *catalog.Revision) {
 	st.scaling = r.Scaling
 	s := effectiveScaling(r.Scaling)
 	tick := l.a.cfg.Tick
-	if st.win.buckets == nil {
+	if st.win.buckets == nil || s.Metric != st.metric {
+		// A new metric (scaling changes in place, from concurrency to
+		// cpu, say): the old samples are in another unit. The emptied
+		// window holds the count (no data) until it fills again.
 		st.win = newWindow(s.Window, tick)
+		st.metric = s.Metric
 	} else {
 		st.win.resize(bucketsFor(s.Window, tick)) // keeps the ring when its size holds
 	}

@@ -41,11 +41,16 @@ func gather(t *testing.T, reg *prometheus.Registry) []string {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	a, cat, scr, _, clk := newTestAutoscaler(t, func(c *Config) { c.Registerer = reg })
+	res := newFakeResources()
+	a, cat, scr, _, clk := newTestAutoscaler(t, func(c *Config) { c.Registerer, c.Resources = reg, res })
 	cat.SetRevision(testRevision("hello-00001", 1, nil))
 	cat.SetReady("hello-00001", instances("hello-00001", 1))
 	scr.set("hello-00001-i0", 150)
 	cat.SetRevision(testRevision("api-00003", 0, func(s *spec.Scaling) { s.Metric = spec.MetricRPS; s.Target = 200 }))
+	cat.SetRevision(testRevision("burn-00001", 1, func(s *spec.Scaling) { s.Metric, s.Target, s.Min = spec.MetricCPU, 50, 1 }))
+	burn, allocs := nomadInstances("burn-00001", 1)
+	cat.SetReady("burn-00001", burn)
+	res.set(allocs[0], 40)
 
 	if got := gather(t, reg); strings.Join(got, "\n") != "leader{} 0" {
 		t.Fatalf("before leading: %q, want only leader 0", got)
@@ -55,27 +60,38 @@ func TestMetrics(t *testing.T) {
 	tickN(context.Background(), l, clk, 1, 2*time.Second)
 	want := []string{
 		"actual_instances{revision=api-00003,service=api} 0",
+		"actual_instances{revision=burn-00001,service=burn} 1",
 		"actual_instances{revision=hello-00001,service=hello} 1",
 		"desired_instances{revision=api-00003,service=api} 0",
+		"desired_instances{revision=burn-00001,service=burn} 1",
 		"desired_instances{revision=hello-00001,service=hello} 3",
 		"excess_burst_capacity{revision=api-00003,service=api} -211",
+		"excess_burst_capacity{revision=burn-00001,service=burn} 0",
 		"excess_burst_capacity{revision=hello-00001,service=hello} -261",
 		"leader{} 1",
 		"nomad_count_instances{revision=api-00003,service=api} 0",
+		"nomad_count_instances{revision=burn-00001,service=burn} 1",
 		"nomad_count_instances{revision=hello-00001,service=hello} 1",
 		"panic_concurrency{revision=hello-00001,service=hello} 150",
+		"panic_cpu_percent{revision=burn-00001,service=burn} 40",
 		"panic_mode{revision=api-00003,service=api} 0",
+		"panic_mode{revision=burn-00001,service=burn} 0",
 		"panic_mode{revision=hello-00001,service=hello} 1",
 		"panic_rps{revision=api-00003,service=api} 0",
 		"scale_calls_total{revision=api-00003,service=api} 0",
+		"scale_calls_total{revision=burn-00001,service=burn} 0",
 		"scale_calls_total{revision=hello-00001,service=hello} 1",
 		"scale_failures_total{revision=api-00003,service=api} 0",
+		"scale_failures_total{revision=burn-00001,service=burn} 0",
 		"scale_failures_total{revision=hello-00001,service=hello} 0",
 		"scrape_failures_total{revision=api-00003,service=api} 0",
+		"scrape_failures_total{revision=burn-00001,service=burn} 0",
 		"scrape_failures_total{revision=hello-00001,service=hello} 0",
 		"stable_concurrency{revision=hello-00001,service=hello} 150",
+		"stable_cpu_percent{revision=burn-00001,service=burn} 40",
 		"stable_rps{revision=api-00003,service=api} 0",
 		"target_per_instance{revision=api-00003,service=api} 140",
+		"target_per_instance{revision=burn-00001,service=burn} 50",
 		"target_per_instance{revision=hello-00001,service=hello} 70",
 	}
 	if got := gather(t, reg); strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -118,7 +118,8 @@ func Run(ctx context.Context, c Config) error {
 	// Scaling to zero registers this replica's stand-in first (make before
 	// break for catalog-driven proxies).
 	scaler := standInFirst{scaler: nomad, src: consul, cat: cat, tags: tags, addr: advertise, port: gwPort, log: log}
-	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: scaler, Tick: c.Tick, Logger: log, Registerer: reg})
+	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: scaler, Resources: nomadjob.NewUsageReader(nomad),
+		Tick: c.Tick, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,8 @@ type Service struct {
 	// Rollout, when set, is the body of the service's rollout block, as
 	// HCL ("steps = [10, 50]\n analysis { ... }").
 	Rollout string
+	// CPU is the app's reserved cpu in MHz; 0 is 50.
+	CPU int
 }
 
 // Scaling is the subset of the scaling block the scenarios set. Min and
@@ -50,7 +52,10 @@ type Service struct {
 // defaults apply).
 type Scaling struct {
 	Min, Max, Initial int
-	// Target is concurrent requests per instance.
+	// Metric is the scaling metric ("" leaves the default, concurrency).
+	Metric string
+	// Target is concurrent requests per instance (or, with metric cpu or
+	// memory, the percentage of the reservation).
 	Target           float64
 	Window           time.Duration
 	ScaleToZeroGrace time.Duration
@@ -105,7 +110,11 @@ func (s Service) HCL() string {
 		b.WriteString("    }\n")
 	}
 	// Small reservations: a 2-core node runs a few dozen of them.
-	b.WriteString("    resources {\n      cpu    = 50\n      memory = 64\n    }\n")
+	cpu := s.CPU
+	if cpu == 0 {
+		cpu = 50
+	}
+	fmt.Fprintf(&b, "    resources {\n      cpu    = %d\n      memory = 64\n    }\n", cpu)
 	b.WriteString("    kill_timeout = \"5s\"\n")
 	b.WriteString("  }\n\n")
 	if s.GRPC {
@@ -129,6 +138,9 @@ func (s Service) HCL() string {
 		fmt.Fprintf(&b, "    max = %d\n", sc.Max)
 	}
 	fmt.Fprintf(&b, "    initial = %d\n", sc.Initial)
+	if sc.Metric != "" {
+		fmt.Fprintf(&b, "    metric = %q\n", sc.Metric)
+	}
 	if sc.Target > 0 {
 		fmt.Fprintf(&b, "    target = %g\n", sc.Target)
 	}

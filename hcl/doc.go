@@ -118,12 +118,8 @@
 //	    max                        = 10    # 0 = unbounded
 //	    initial                    = 1
 //	    metric                     = "concurrency" # or "rps", "cpu", "memory"
-//	    target                     = 100   # default 100, 200 for rps; for cpu
-//	                                       # and memory a percentage of the
-//	                                       # serving task's reservation (80),
-//	                                       # and min defaults to 1: they
-//	                                       # cannot scale to zero
-//	    utilization                = 70
+//	    target                     = 100   # default 100, or 200 for rps, 80 (%) for cpu/memory
+//	    utilization                = 70    # not for cpu/memory
 //	    window                     = "60s"
 //	    panic_window_percentage    = 10
 //	    panic_threshold_percentage = 200
@@ -203,6 +199,22 @@
 // host networking the queue-proxy is a poststart sidecar instead (see
 // nomadjob's sidecarLifecycle). Named tasks, volumes and the disk are part
 // of the template: changing one makes a new revision.
+//
+// metric = "cpu" or "memory" scales on the serving task's use of its own
+// resources block, as Knative's HPA class does: target is a percentage of
+// the task's reserved cpu (MHz) or memory (MiB), per instance on average,
+// read every autoscaler tick from Nomad's allocation stats (cpu: the MHz
+// the task used; memory: its RSS, or its cgroup's usage where the client
+// measures no RSS). The count is ceil(sum of the instances' percentages /
+// target) with the same windows, panic mode, rates, bounds and delay as
+// the request metrics; utilization and scale_to_zero_grace do not apply,
+// nor does burst_capacity other than -1 (the activator is in the path only
+// at zero, as with Knative's HPA class). Such a service
+// never scales to zero: min defaults to 1 and validate refuses min = 0 (at
+// zero there is nothing to measure and no request wakes it). An instance
+// whose use cannot be read holds the count: missing stats never scale
+// down. raw_exec, and docker without cpu_hard_limit, may use more cpu than
+// reserved, so cpu can read above 100%; target stays at most 100.
 //
 // The gateway serves every name of a service (<service>.<namespace>.<domain>,
 // tag names, domains) over HTTPS too, with a certificate from serve's

@@ -69,6 +69,14 @@ zero, one line per step.
 		if a := r.Autoscaler; a != nil {
 			stable = fmt.Sprintf("%.1f", a.Stable)
 			panicV = fmt.Sprintf("%.1f", a.Panic)
+			if a.Metric.Resource() {
+				// A sum of percentages reads as nothing: show the
+				// per-instance share of the reservation, as the
+				// reason does ("cpu 85% of reserved > target 70%").
+				n := float64(max(a.Actual, 1))
+				stable = fmt.Sprintf("%.0f%% %s", a.Stable/n, a.Metric)
+				panicV = fmt.Sprintf("%.0f%% %s", a.Panic/n, a.Metric)
+			}
 			mode = "stable"
 			if a.PanicMode {
 				mode = "panic"

@@ -2,7 +2,8 @@
 # identity (nomad acl policy apply -namespace default -job nomad-serverless ...) or to a token.
 
 # Revision jobs in every namespace: list, read (also the Job and Allocation event
-# topics), read their scaling status and events, and set their counts. serve
+# topics, and the allocations' resource use for services scaled on cpu or memory),
+# read their scaling status and events, and set their counts. serve
 # follows all namespaces with one event stream (namespace=*), which Nomad allows
 # only to a policy whose namespace rule is "*".
 namespace "*" {

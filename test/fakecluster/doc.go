@@ -13,9 +13,11 @@
 // Nomad: jobs (optimistic concurrency, PreserveCounts, versions, an
 // unchanged job writes nothing; list by prefix and go-bexpr filter, stop,
 // purge), scaling within the scaling block's bounds with scaling events,
-// allocations (list, read, stop), the event stream (topics Job, Allocation
-// and the Evaluation of a deregistration; Nomad's buffer of 100 events;
-// heartbeats), and one client node that runs allocations for real:
+// allocations (list, read, stop, and their stats: CPU and RSS of each
+// task's process group, measured as raw_exec does), the event stream
+// (topics Job, Allocation and the Evaluation of a deregistration; Nomad's
+// buffer of 100 events; heartbeats), and one client node that runs
+// allocations for real:
 // raw_exec only, host networking with ports from the OS, ${NOMAD_*}
 // interpolation, prestart sidecars before main tasks, the restart and
 // reschedule policies, and on stop the Consul deregistration, shutdown

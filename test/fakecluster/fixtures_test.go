@@ -73,6 +73,7 @@ var dynamicKeys = map[string]bool{
 	"Meta": true, "Config": true, "Env": true, "Header": true, "TaskStates": true, "Nodes": true, "Targets": true,
 	"Summary": true, "TaskLifecycles": true, "Details": true, "NodesAvailable": true, "Scores": true,
 	"TaskResources": true, "Set": true, "TaskGroups": true, "Tasks": true, "Failover": true, "Policy": true,
+	"Pids": true,
 }
 
 // paths flattens a JSON value into the set of its field paths.
@@ -565,5 +566,39 @@ func TestConsulHealthStateLikeTheRecording(t *testing.T) {
 	bad.Request.Query = fixtures.Query{"filter": {"ServiceTags contains"}}
 	if r := send(t, base, bad); r.status != http.StatusBadRequest {
 		t.Errorf("a malformed filter answered %d, want 400", r.status)
+	}
+}
+
+// The allocation stats the autoscaler reads for cpu and memory scaling
+// (allocstats fixtures, recorded from Nomad 1.6.5 and 2.0.5): every field
+// the real client sent, for a running revision-shaped allocation, and the
+// same 404 text for an unknown one.
+func TestNomadAllocStatsLikeTheRecording(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1})
+	base := c.Nomad.Addr()
+	reg := fixtures.Load(t, "nomad-1.6/002-job-register.json")
+	stillCommand(t, &reg)
+	if got := send(t, base, reg); got.status != http.StatusOK {
+		t.Fatalf("register: %d %s", got.status, got.body)
+	}
+	var allocID string
+	eventually(t, 10*time.Second, "the allocation runs", func() (bool, string) {
+		as := c.Nomad.Allocations("default", "hello-00001")
+		if len(as) == 1 && as[0].ClientStatus == "running" && len(as[0].PIDs) == 2 {
+			allocID = as[0].ID
+			return true, ""
+		}
+		return false, fmt.Sprintf("%+v", as)
+	})
+	for _, version := range []string{"1.6", "2.0"} {
+		dir := "allocstats/nomad-" + version + "/"
+		stats := fixtures.Load(t, dir+"081-allocation-stats.json")
+		stats.Request.Path = "/v1/client/allocation/" + allocID + "/stats"
+		// MappedFile is not in nomad/api's MemoryStats (the fake answers
+		// with the API types), and nothing of ours reads it.
+		mapped := []string{"ResourceUsage.MemoryStats.MappedFile", "Tasks.*.ResourceUsage.MemoryStats.MappedFile", "Tasks.*.Pids.*.MemoryStats.MappedFile"}
+		shapeCheck{allowMissing: mapped}.check(t, stats, send(t, base, stats))
+		unknown := fixtures.Load(t, dir+"082-allocation-stats-unknown.json")
+		shapeCheck{}.check(t, unknown, send(t, base, unknown))
 	}
 }

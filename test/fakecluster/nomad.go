@@ -81,7 +81,7 @@ func newNomad(opts Options, consul *Consul) *Nomad {
 		"PUT /v1/job/{id}/scale": n.scale, "POST /v1/job/{id}/scale": n.scale,
 		"GET /v1/allocation/{id}": n.allocation, "GET /v1/allocations": n.allocationList,
 		"PUT /v1/allocation/{id}/stop": n.allocStop, "POST /v1/allocation/{id}/stop": n.allocStop,
-		"GET /v1/event/stream": n.eventStream,
+		"GET /v1/event/stream": n.eventStream, "GET /v1/client/allocation/{id}/stats": n.allocStats,
 	})
 	return n
 }

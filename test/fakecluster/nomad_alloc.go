@@ -23,7 +23,8 @@ type alloc struct {
 	jobCreateIndex uint64 // the incarnation of the job that placed it
 	finishedAt     time.Time
 	runner         *allocRunner
-	pids           map[string]int // task -> its current process
+	pids           map[string]int       // task -> its current process
+	cpu            map[string]cpuSample // task -> its process's last CPU measure
 }
 
 func (a *alloc) terminal() bool {
