@@ -110,10 +110,7 @@ func (d *Deployer) followRollout(ctx context.Context, svc *spec.Service, ro *con
 // back from stays deployed at 0 %. It returns the record written.
 func Rollback(ctx context.Context, nomad RevisionStore, consul RecordStore, namespace, service, to string, now time.Time) (consulroute.Record, error) {
 	for attempt := 0; ; attempt++ {
-		rec, idx, err := consul.ReadRecord(ctx, namespace, service)
-		if errors.Is(err, consulroute.ErrNotFound) {
-			return rec, fmt.Errorf("service %q has no route in namespace %s: deploy it first", service, namespace)
-		}
+		rec, idx, err := readDeployedRecord(ctx, consul, namespace, service)
 		if err != nil {
 			return rec, err
 		}

@@ -78,15 +78,22 @@ func (c TrafficChange) apply(current []spec.TrafficTarget) []spec.TrafficTarget 
 	return out
 }
 
+// readDeployedRecord reads a service's record, saying that a service
+// without one must be deployed first.
+func readDeployedRecord(ctx context.Context, consul RecordStore, namespace, service string) (consulroute.Record, uint64, error) {
+	rec, idx, err := consul.ReadRecord(ctx, namespace, service)
+	if errors.Is(err, consulroute.ErrNotFound) {
+		return rec, 0, fmt.Errorf("service %q has no route in namespace %s: deploy it first", service, namespace)
+	}
+	return rec, idx, err
+}
+
 // SetTraffic applies change to the service's record, validated like the
 // HCL file and against the revisions that exist, with check-and-set (retried
 // when a concurrent deploy or traffic change wins).
 func SetTraffic(ctx context.Context, nomad RevisionStore, consul RecordStore, namespace, service string, change TrafficChange) (consulroute.Record, error) {
 	for attempt := 0; ; attempt++ {
-		rec, idx, err := consul.ReadRecord(ctx, namespace, service)
-		if errors.Is(err, consulroute.ErrNotFound) {
-			return rec, fmt.Errorf("service %q has no route in namespace %s: deploy it first", service, namespace)
-		}
+		rec, idx, err := readDeployedRecord(ctx, consul, namespace, service)
 		if err != nil {
 			return rec, err
 		}
