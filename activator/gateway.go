@@ -127,6 +127,16 @@ type Config struct {
 	// benchmark's cold-start split).
 	WakeRecorder WakeRecorder
 	OnWake       func(spec.WakeTimeline)
+
+	// Loaded, when set, closes once the catalog holds the whole cluster
+	// (serve: Nomad's revisions listed, Consul's routes and ready
+	// instances joined). Until then a request the gateway cannot route is
+	// not answered 404 or 503 as if the service did not exist: it is held
+	// until the catalog is in, for at most LoadingHold (default 10s), and
+	// then refused with 503 and Retry-After. nil: the catalog is whole
+	// from the start.
+	Loaded      <-chan struct{}
+	LoadingHold time.Duration
 }
 
 // WakeRecorder keeps a wake's timeline (spec.WakeTimeline).
@@ -145,6 +155,7 @@ const (
 	DefaultIdleTimeout       = 90 * time.Second
 	DefaultProbeInterval     = 25 * time.Millisecond
 	DefaultProbeWindow       = 2 * time.Minute
+	DefaultLoadingHold       = 10 * time.Second
 
 	// HealthPath and MetricsPath are served by AdminHandler.
 	HealthPath  = "/healthz"
@@ -191,8 +202,13 @@ type Gateway struct {
 	// conflicts are hosts claimed twice, already logged; guarded by buildMu.
 	conflicts map[string]bool
 
-	rebuildCh     chan struct{} // a probe succeeded
-	reportFailing atomic.Bool   // the last demand report failed
+	rebuildCh chan struct{} // a probe succeeded
+	// loaded closes once the table is built from a whole catalog
+	// (Config.Loaded closed and a rebuild after it).
+	loaded chan struct{}
+	// loadingHeld counts the requests awaitLoaded holds now.
+	loadingHeld   atomic.Int64
+	reportFailing atomic.Bool // the last demand report failed
 	running       atomic.Bool
 	healthy       atomic.Bool
 	bg            sync.WaitGroup // wake goroutines
@@ -212,7 +228,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, errors.New("activator: Config.Autoscaler is nil: the activator reports demand and asks for wakes through it")
 	}
 	if cfg.QueueDepth < 0 || cfg.QueueTimeout < 0 || cfg.MaxHeaderBytes < 0 || cfg.MaxBodyBytes < -1 ||
-		cfg.ReadHeaderTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ProbeInterval < 0 || cfg.ProbeWindow < 0 {
+		cfg.ReadHeaderTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ProbeInterval < 0 || cfg.ProbeWindow < 0 || cfg.LoadingHold < 0 {
 		return nil, errors.New("activator: sizes and durations in Config must not be negative")
 	}
 	if _, err := ParsePolicy(string(cfg.Policy)); err != nil {
@@ -233,6 +249,7 @@ func New(cfg Config) (*Gateway, error) {
 	setDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
 	setDefault(&cfg.ProbeInterval, DefaultProbeInterval)
 	setDefault(&cfg.ProbeWindow, DefaultProbeWindow)
+	setDefault(&cfg.LoadingHold, DefaultLoadingHold)
 	if cfg.Replica == "" {
 		cfg.Replica = defaultReplica()
 	}
@@ -266,6 +283,10 @@ func New(cfg Config) (*Gateway, error) {
 		counters:  map[string]*atomic.Uint64{},
 		conflicts: map[string]bool{},
 		rebuildCh: make(chan struct{}, 1),
+		loaded:    make(chan struct{}),
+	}
+	if cfg.Loaded == nil {
+		close(g.loaded)
 	}
 	m, err := newMetrics(reg, g)
 	if err != nil {
@@ -370,6 +391,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 	changed := g.cat.Changed()
 	g.rebuild()
 	g.healthy.Store(true)
+	// loadedCh is nil (never ready) once the table holds the whole
+	// catalog, or when it did from the start.
+	var loadedCh <-chan struct{}
+	select {
+	case <-g.loaded:
+	default:
+		loadedCh = g.cfg.Loaded
+	}
 
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -401,6 +430,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.safeRebuild()
 		case <-g.rebuildCh:
 			g.safeRebuild()
+		case <-loadedCh:
+			// Rebuilt before held requests are let go, so they route by
+			// the whole catalog.
+			loadedCh = nil
+			g.safeRebuild()
+			close(g.loaded)
 		case <-sweep.C:
 			// A safety net for waiters: every release, new pool and
 			// restored instance dispatches already.

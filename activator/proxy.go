@@ -94,6 +94,18 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		return
 	}
 	rev, rt, tg, res := t.resolve(host, r.Header[revisionHeaderKey], sc)
+	if res != resolved && !g.catalogLoaded() {
+		if !g.awaitLoaded(r.Context()) {
+			_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+			g.metrics.loadingRefused.Inc()
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable,
+				"the gateway is starting and has not loaded the services of the cluster yet (Nomad or Consul is slow to answer); retry in a moment")
+			return
+		}
+		t = g.table.Load()
+		rev, rt, tg, res = t.resolve(host, r.Header[revisionHeaderKey], sc)
+	}
 	if res != resolved {
 		// Deadlines for our own short answer; a kept-alive connection
 		// must not inherit an earlier request's.
@@ -239,6 +251,33 @@ var (
 	// pastDeadline makes a blocked read return at once.
 	pastDeadline = time.Unix(1, 0)
 )
+
+// catalogLoaded reports whether the table holds the whole catalog.
+func (g *Gateway) catalogLoaded() bool {
+	select {
+	case <-g.loaded:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitLoaded holds a request the gateway cannot route while the catalog
+// loads, until it is in (true) or for at most LoadingHold, or until the
+// client leaves (false).
+func (g *Gateway) awaitLoaded(ctx context.Context) bool {
+	g.loadingHeld.Add(1)
+	defer g.loadingHeld.Add(-1)
+	t := time.NewTimer(g.cfg.LoadingHold)
+	defer t.Stop()
+	select {
+	case <-g.loaded:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
 
 // notRouted answers a request that has no revision.
 func (g *Gateway) notRouted(w http.ResponseWriter, r *http.Request, rt *route, tg *target, res resolution) {
