@@ -218,14 +218,20 @@ func Run(ctx context.Context, c Config) error {
 		return autoscaler.RunWhenLeader(ctx, lock, func(ctx context.Context) error {
 			// The rollouts are driven beside the autoscaler, on its
 			// measurements, for exactly as long as it leads.
-			done := make(chan struct{})
+			done, reaped := make(chan struct{}), make(chan struct{})
 			go func() {
 				defer close(done)
 				waitLeading(ctx, auto)
 				_ = rollouts.Run(ctx)
 			}()
+			// The leader removes what dead replicas left in Consul.
+			go func() {
+				defer close(reaped)
+				reapDeadReplicas(ctx, consul, c.Replica, reapEvery, reapGrace, log)
+			}()
 			err := auto.Run(ctx)
 			<-done
+			<-reaped
 			return err
 		}, log)
 	})
