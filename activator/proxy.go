@@ -125,6 +125,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		m.codes[codeIndex(status)].Inc()
 		m.duration.Observe(took.Seconds())
 		rev.measure.observe(status, took)
+		g.markActive(rev) // after observe: its delta is reported
 	}()
 
 	// The request must end by deadline (the revision's timeout, queue wait
@@ -179,6 +180,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		wk = rev.openWake.Load()
 	}
 	rev.inflight.Add(1)
+	g.markActive(rev)
 	rev.budget.deposit()
 	f = &forward{g: g, rev: rev, b: b, deadline: deadline, stall: cfg.timeout + stallSlack, wake: wk, h2: h2, connDeadline: connDeadline}
 	defer func() {

@@ -58,6 +58,10 @@ type revision struct {
 	queued   atomic.Int32
 	inflight atomic.Int32
 	lastWake atomic.Int64 // unix nanoseconds
+	// active: the revision is in the gateway's set of revisions with
+	// requests (Gateway.markActive); onActive puts it there.
+	active   atomic.Bool
+	onActive func(*revision)
 
 	mu      sync.Mutex
 	waiters list.List // of *waiter, oldest first
@@ -146,6 +150,9 @@ func (r *revision) wait(ctx context.Context, depth int, queueTimeout time.Durati
 	// Announce before the last try: a release that happens after this try
 	// sees queued > 0 and dispatches (under mu, so after we joined).
 	r.queued.Add(1)
+	if r.onActive != nil {
+		r.onActive(r)
+	}
 	first := r.waiters.Len() == 0
 	if first {
 		if b := r.pool.Load().acquire(); b != nil {
