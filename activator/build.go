@@ -49,7 +49,7 @@ func (g *Gateway) rebuild() {
 			if ns == "" {
 				ns = spec.DefaultNamespace
 			}
-			r = newRevision(cr.Name, cr.Service, ns, g.metrics.forRevision(cr.Service, cr.Name))
+			r = newRevision(cr.Name, cr.Service, ns, func() *revisionMetrics { return g.metrics.forRevision(cr.Service, cr.Name) })
 			r.wake = g.maybeWake
 			r.onActive = g.markActive
 			r.wakes = g.wakes

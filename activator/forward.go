@@ -142,11 +142,11 @@ func (g *Gateway) retryElsewhere(w http.ResponseWriter, r *http.Request, f *forw
 // budget, or says why not.
 func (f *forward) mayRetry() string {
 	if f.tries >= maxRetries {
-		f.rev.metrics.triesExhausted.Inc()
+		f.rev.metrics().triesExhausted.Inc()
 		return fmt.Sprintf("it was tried %d times", f.tries+1)
 	}
 	if !f.rev.budget.withdraw(time.Now()) {
-		f.rev.metrics.budgetDenied.Inc()
+		f.rev.metrics().budgetDenied.Inc()
 		return "the revision's retry budget is spent (many of its requests fail this way at once)"
 	}
 	return ""
@@ -157,7 +157,7 @@ func (f *forward) mayRetry() string {
 func (f *forward) reacquire(r *http.Request, deadline time.Time) bool {
 	g := f.g
 	f.tries++
-	f.rev.metrics.retries.Inc()
+	f.rev.metrics().retries.Inc()
 	g.log.Debug("instance could not serve the request; retrying on another", "revision", f.rev.name, "instance", f.b.hostPort)
 	f.rev.release(f.b)
 	f.b = nil

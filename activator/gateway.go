@@ -614,7 +614,7 @@ func (g *Gateway) maybeWake(r *revision) {
 		bg := context.Background()
 		ctxp = &bg
 	}
-	r.metrics.wakes.Inc()
+	r.metrics().wakes.Inc()
 	g.bg.Add(1)
 	go func() {
 		defer g.bg.Done()

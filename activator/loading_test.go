@@ -94,3 +94,45 @@ func copyCatalog(dst, src *catalog.Catalog) {
 		dst.SetService(s)
 	}
 }
+
+// A revision's metric series are made on its first request: a revision at
+// zero that gets none costs the gateway no series (issue 45: they were
+// most of what it held per revision).
+func TestRevisionSeriesMadeOnFirstRequest(t *testing.T) {
+	cat := oneRevision(0, time.Minute)
+	sc := newFakeSidecar(t, true, nil)
+	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	tg := startGateway(t, cat, nil, nil)
+	series := func() int {
+		mfs, err := tg.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			if mf.GetName() == "nomad_serverless_gateway_routable_instances" {
+				continue // a state read at each scrape, not a series held
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "revision" && l.GetValue() == "hello-00001" && strings.HasPrefix(mf.GetName(), "nomad_serverless_gateway_") {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	if n := series(); n != 0 {
+		t.Errorf("%d series of hello-00001 before any request, want none", n)
+	}
+	if code, body, _ := tg.get(t, "hello.default.localhost", "/", nil); code != 200 {
+		t.Fatalf("request: %d %q", code, body)
+	}
+	if n := series(); n == 0 {
+		t.Error("no series of hello-00001 after a request")
+	}
+	if n := counter(t, tg.reg, "nomad_serverless_gateway_requests_total", map[string]string{"revision": "hello-00001"}); n != 1 {
+		t.Errorf("requests_total %v, want 1", n)
+	}
+}

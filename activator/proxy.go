@@ -114,7 +114,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		return
 	}
 	cfg := rev.cfg.Load()
-	m := rev.metrics
+	m := rev.metrics()
 	var f *forward
 	status := 0
 	defer func() {
@@ -304,7 +304,7 @@ func (g *Gateway) notRouted(w http.ResponseWriter, r *http.Request, rt *route, t
 // writeAcquireError answers a request that got no instance and returns the
 // status it wrote (0 when the client is gone).
 func (g *Gateway) writeAcquireError(w http.ResponseWriter, r *http.Request, rev *revision, cfg *revisionConfig, err error) int {
-	m := rev.metrics
+	m := rev.metrics()
 	switch {
 	case errors.Is(err, errQueueFull):
 		m.rejectedFull.Inc()
