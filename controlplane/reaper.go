@@ -63,6 +63,10 @@ func deadReplicas(regs []consulroute.ReplicaRegistration, holders map[string]boo
 // (keepActivatorRegistered and its stand-in sweep).
 func reapDeadReplicas(ctx context.Context, src replicaSource, self string, every, grace time.Duration, log *slog.Logger) {
 	since := map[string]time.Time{}
+	// warned: replicas whose removal failed, said once at warning level
+	// (an agent that listens on loopback only, Consul's default
+	// client_addr, stays unreachable from other nodes until it is reaped).
+	warned := map[string]bool{}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -87,9 +91,15 @@ func reapDeadReplicas(ctx context.Context, src replicaSource, self string, every
 		for _, r := range dead {
 			removed, err := src.RemoveReplica(ctx, r)
 			if err != nil {
-				log.Warn("remove the registrations of a dead control-plane replica", "replica", r.Replica, "node", r.Node, "removed", len(removed), "err", err)
+				lvl := slog.LevelDebug
+				if !warned[r.Replica] {
+					lvl, warned[r.Replica] = slog.LevelWarn, true
+				}
+				log.Log(ctx, lvl, "remove the registrations of a dead control-plane replica (retrying every second; its agent reaps them a minute after their checks failed)",
+					"replica", r.Replica, "node", r.Node, "removed", len(removed), "err", err)
 				continue
 			}
+			delete(warned, r.Replica)
 			log.Info("removed the registrations of a dead control-plane replica (activator check critical, no Consul session)",
 				"replica", r.Replica, "node", r.Node, "dead_for", now.Sub(since[r.Replica]).Round(time.Millisecond), "removed", len(removed))
 			delete(since, r.Replica)
