@@ -1,0 +1,216 @@
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Provider is a process's tracing, on. A nil *Provider is tracing off:
+// callers test for nil before any other call, which is what keeps the
+// data path free of tracing's cost when no endpoint is set.
+//
+// Its spans are sampled parent-based (the SDK's default, or
+// OTEL_TRACES_SAMPLER): a request that arrives with a trace context keeps
+// its sampled flag, sampled or not.
+type Provider struct {
+	tp     *sdktrace.TracerProvider
+	tracer trace.Tracer
+	prop   propagator
+	q      *queue
+}
+
+// Options configure New. Everything about where spans go and how many are
+// sampled comes from the OTEL_* environment, as for any OpenTelemetry
+// program.
+type Options struct {
+	// ServiceName is the resource's service.name unless OTEL_SERVICE_NAME
+	// (or service.name in OTEL_RESOURCE_ATTRIBUTES) says otherwise.
+	ServiceName string
+	// Attributes are added to the resource (the environment's win).
+	Attributes []attribute.KeyValue
+	// Registerer gets the span queue's counters (nil: none registered).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	// Getenv reads the environment (nil: os.Getenv).
+	Getenv func(string) string
+
+	// Exporter and Sampler replace the OTLP exporter and the environment's
+	// sampler (tests: tracetest's in-memory exporter). With Exporter set,
+	// New does not look for an endpoint.
+	Exporter sdktrace.SpanExporter
+	Sampler  sdktrace.Sampler
+	// QueueCapacity bounds the spans waiting for export (default 2048).
+	QueueCapacity int
+}
+
+// New returns the process's tracing, or nil (and no error) when the
+// environment names no OTLP endpoint.
+func New(ctx context.Context, o Options) (*Provider, error) {
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	exp := o.Exporter
+	if exp == nil {
+		if !Enabled(getenv) {
+			return nil, nil
+		}
+		var err error
+		if exp, err = otlpExporter(ctx, getenv); err != nil {
+			return nil, err
+		}
+	}
+	attrs := append([]attribute.KeyValue{attribute.String("service.name", o.ServiceName)}, o.Attributes...)
+	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithTelemetrySDK(), resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("reading the tracing resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES): %w", err)
+	}
+	q, err := newQueue(exp, queueConfig{Capacity: o.QueueCapacity}, o.Registerer, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSpanProcessor(q)}
+	if o.Sampler != nil {
+		opts = append(opts, sdktrace.WithSampler(o.Sampler))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
+	return &Provider{tp: tp, tracer: tp.Tracer("github.com/nomad-serverless/nomad-serverless"), prop: newPropagator(), q: q}, nil
+}
+
+// otlpExporter builds the OTLP exporter the environment asks for:
+// OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL grpc or http/protobuf (the
+// default, as the specification says). The exporter reads its endpoint,
+// headers, TLS and timeout settings from the environment itself.
+func otlpExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
+	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if proto == "" {
+		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch strings.TrimSpace(proto) {
+	case "", "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: nomad-serverless exports traces over grpc or http/protobuf", proto)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("starting the OTLP trace exporter (%s): %w", proto, err)
+	}
+	return exp, nil
+}
+
+// Tracer starts spans.
+func (p *Provider) Tracer() trace.Tracer { return p.tracer }
+
+// Extract returns ctx with the trace context of a request's header (W3C,
+// else B3), if any.
+func (p *Provider) Extract(ctx context.Context, h http.Header) context.Context {
+	return p.prop.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// Inject writes ctx's span into a request's header as W3C traceparent
+// and tracestate, replacing what was there.
+func (p *Provider) Inject(ctx context.Context, h http.Header) {
+	delete(h, "Traceparent")
+	delete(h, "Tracestate")
+	p.prop.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// StartServer starts the server span of an incoming request, the child
+// of the trace context it carries.
+func (p *Provider) StartServer(r *http.Request, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx := p.Extract(r.Context(), r.Header)
+	attrs = append(attrs,
+		attribute.String("http.request.method", r.Method),
+		attribute.String("url.path", r.URL.Path),
+		attribute.String("server.address", r.Host),
+		attribute.String("network.protocol.version", protoVersion(r)),
+	)
+	return p.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+}
+
+// StartClient starts the client span of a request sent on, a child of
+// ctx's span, and writes its context into the outgoing header.
+func (p *Provider) StartClient(ctx context.Context, h http.Header, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx, sp := p.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	p.Inject(ctx, h)
+	return ctx, sp
+}
+
+// EndHTTP ends a server or client span with the response's status: 5xx
+// and no response at all (0) are errors, as OpenTelemetry's HTTP
+// conventions say.
+func EndHTTP(sp trace.Span, status int) {
+	if status > 0 {
+		sp.SetAttributes(attribute.Int("http.response.status_code", status))
+	}
+	if status == 0 || status >= 500 {
+		sp.SetStatus(codes.Error, http.StatusText(status))
+	}
+	sp.End()
+}
+
+func protoVersion(r *http.Request) string {
+	if r.ProtoMajor == 2 {
+		return "2"
+	}
+	if r.ProtoMinor == 0 {
+		return "1.0"
+	}
+	return "1.1"
+}
+
+// ForceFlush exports every span ended so far.
+func (p *Provider) ForceFlush(ctx context.Context) error { return p.tp.ForceFlush(ctx) }
+
+// Shutdown exports what is queued, bounded by ctx, and stops.
+func (p *Provider) Shutdown(ctx context.Context) error {
+	if err := p.tp.Shutdown(ctx); err != nil {
+		return fmt.Errorf("stopping tracing: %w", err)
+	}
+	return nil
+}
+
+// Exemplar is the exemplar label of ctx's span for a latency histogram
+// (the trace id), or nil when the span is not sampled: only a sampled
+// trace can be found in the backend.
+func Exemplar(sc trace.SpanContext) prometheus.Labels {
+	if !sc.IsSampled() {
+		return nil
+	}
+	return prometheus.Labels{"trace_id": sc.TraceID().String()}
+}
+
+// Observe records v in o with sc's trace as its exemplar when o keeps
+// exemplars (client_golang's histograms do) and sc is sampled.
+func Observe(o prometheus.Observer, v float64, sc trace.SpanContext) {
+	if l := Exemplar(sc); l != nil {
+		if eo, ok := o.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(v, l)
+			return
+		}
+	}
+	o.Observe(v)
+}

@@ -1,0 +1,197 @@
+package tracing
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func newTest(t *testing.T, exp sdktrace.SpanExporter, capacity int) (*Provider, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	p, err := New(context.Background(), Options{ServiceName: "test", Exporter: exp, Registerer: reg, QueueCapacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.Shutdown(ctx)
+	})
+	return p, reg
+}
+
+func TestOffWithoutEndpoint(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	p, err := New(context.Background(), Options{Getenv: getenv})
+	if err != nil || p != nil {
+		t.Fatalf("no endpoint: got %v, %v; want nil, nil", p, err)
+	}
+	env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:4318"
+	if !Enabled(getenv) {
+		t.Fatal("an endpoint is set: tracing must be on")
+	}
+	env["OTEL_TRACES_EXPORTER"] = "none"
+	if Enabled(getenv) {
+		t.Fatal("OTEL_TRACES_EXPORTER=none must switch tracing off")
+	}
+}
+
+func TestSettingsPassOnOTELButServiceName(t *testing.T) {
+	got := Settings([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://x:4318", "OTEL_SERVICE_NAME=cp", "OTEL_TRACES_SAMPLER_ARG=0.01", "HOME=/root"})
+	if len(got) != 2 || got["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://x:4318" || got["OTEL_TRACES_SAMPLER_ARG"] != "0.01" {
+		t.Fatalf("settings: %v", got)
+	}
+}
+
+// A request's traceparent makes the server span its child; sampled=0 is
+// respected (parent-based), and the client span's context is what goes on.
+func TestPropagationParentBased(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	p, _ := newTest(t, exp, 0)
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	for _, tc := range []struct {
+		name, header, value string
+		sampled             bool
+		trace               string
+	}{
+		{"w3c sampled", "traceparent", parent, true, "0af7651916cd43dd8448eb211c80319c"},
+		{"w3c not sampled", "traceparent", "00-0af7651916cd43dd8448eb211c80319d-b7ad6b7169203331-00", false, "0af7651916cd43dd8448eb211c80319d"},
+		{"b3 single", "b3", "80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1", true, "80f198ee56343ba864fe8b2a57d3eff7"},
+		{"none", "", "", true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp.Reset()
+			r := httptest.NewRequest("GET", "http://svc.default.localhost/x", nil)
+			if tc.header != "" {
+				r.Header.Set(tc.header, tc.value)
+			}
+			ctx, sp := p.StartServer(r, "server")
+			out := http.Header{}
+			_, cl := p.StartClient(ctx, out, "client")
+			if got := sp.SpanContext().IsSampled(); got != tc.sampled {
+				t.Fatalf("sampled %v, want %v", got, tc.sampled)
+			}
+			if tc.trace != "" && sp.SpanContext().TraceID().String() != tc.trace {
+				t.Fatalf("trace %s, want %s", sp.SpanContext().TraceID(), tc.trace)
+			}
+			tp := out.Get("traceparent")
+			if !strings.Contains(tp, cl.SpanContext().SpanID().String()) || !strings.Contains(tp, sp.SpanContext().TraceID().String()) {
+				t.Fatalf("outgoing traceparent %q is not the client span %v", tp, cl.SpanContext())
+			}
+			cl.End()
+			EndHTTP(sp, 200)
+			if err := p.ForceFlush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			spans := exp.GetSpans()
+			if !tc.sampled {
+				if len(spans) != 0 {
+					t.Fatalf("sampled=0 exported %d spans", len(spans))
+				}
+				return
+			}
+			if len(spans) != 2 || spans[0].Parent.SpanID() != spans[1].SpanContext.SpanID() {
+				t.Fatalf("want client child of server, got %v", spans.Snapshots())
+			}
+		})
+	}
+}
+
+// blockingExporter is a collector that never answers: each export waits
+// until the test releases it.
+type blockingExporter struct {
+	calls   chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingExporter) ExportSpans(ctx context.Context, _ []sdktrace.ReadOnlySpan) error {
+	select {
+	case b.calls <- struct{}{}:
+	default:
+	}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return context.DeadlineExceeded
+}
+func (b *blockingExporter) Shutdown(context.Context) error { return nil }
+
+// A dead collector neither blocks the span's end nor grows the queue:
+// spans beyond its capacity are dropped and counted.
+func TestDeadCollectorDropsAndCounts(t *testing.T) {
+	exp := &blockingExporter{calls: make(chan struct{}, 1), release: make(chan struct{})}
+	q, err := newQueue(exp, queueConfig{Capacity: 4, Batch: 1, Timeout: time.Hour}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(q))
+	t.Cleanup(func() {
+		close(exp.release)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	tr := tp.Tracer("test")
+	// One span goes to the stuck exporter (a batch of one)...
+	_, s := tr.Start(context.Background(), "first")
+	s.End()
+	select {
+	case <-exp.calls:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the exporter was never called")
+	}
+	// ...so the queue fills: 4 wait, the rest are dropped, none blocks.
+	const n = 100
+	done := make(chan struct{})
+	go func() {
+		for range n {
+			_, s := tr.Start(context.Background(), "later")
+			s.End()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("ending spans blocked on a dead collector")
+	}
+	if got := testutil.ToFloat64(q.dropped.WithLabelValues(dropQueueFull)); got != n-4 {
+		t.Fatalf("dropped %v spans, want %d", got, n-4)
+	}
+}
+
+func TestExemplarOnlySampled(t *testing.T) {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h"})
+	Observe(h, 1, trace.SpanContext{})
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
+	Observe(h, 2, sc)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ex []string
+	for _, b := range mfs[0].GetMetric()[0].GetHistogram().GetBucket() {
+		if e := b.GetExemplar(); e != nil {
+			ex = append(ex, e.GetLabel()[0].GetValue())
+		}
+	}
+	if len(ex) != 1 || ex[0] != sc.TraceID().String() {
+		t.Fatalf("exemplars %v, want one of trace %s", ex, sc.TraceID())
+	}
+}
