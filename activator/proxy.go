@@ -13,9 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // revisionHeaderKey is spec.RevisionHeader in canonical form, for direct
@@ -105,13 +108,22 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 	m := rev.metrics
 	var f *forward
 	status := 0
+	var sp trace.Span // the request's server span; nil: tracing off
+	if g.tracing != nil {
+		r, sp = g.startRequestSpan(r, rev, rt)
+	}
 	defer func() {
 		if f != nil {
 			status = f.status
 		}
 		took := time.Since(start)
 		m.codes[codeIndex(status)].Inc()
-		m.duration.Observe(took.Seconds())
+		if sp != nil {
+			tracing.Observe(m.duration, took.Seconds(), sp.SpanContext())
+			endRequestSpan(sp, f, status)
+		} else {
+			m.duration.Observe(took.Seconds())
+		}
 		rev.measure.observe(status, took)
 	}()
 
@@ -155,9 +167,16 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 	var wk *wake
 	if b == nil {
 		ctx, cancel := context.WithDeadline(r.Context(), deadline)
+		var hold trace.Span
+		if sp != nil {
+			ctx, hold = g.startHold(ctx)
+		}
 		var err error
 		b, err = rev.wait(ctx, g.cfg.QueueDepth, g.cfg.QueueTimeout)
 		cancel()
+		if hold != nil {
+			endHold(hold, err)
+		}
 		m.queueWait.Observe(time.Since(start).Seconds())
 		if err != nil {
 			errorDeadline()
@@ -176,6 +195,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		}
 	}()
 
+	if sp != nil {
+		fs := g.startForward(r, f)
+		defer endForward(fs, f)
+	}
 	if fast {
 		g.forwardH1(w, r, f, deadline)
 		return

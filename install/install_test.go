@@ -493,6 +493,7 @@ func TestPolicies(t *testing.T) {
 			{Kind: "service_prefix", Label: "", Policy: "write"},
 			{Kind: "node_prefix", Label: "", Policy: "read"},
 			{Kind: "key_prefix", Label: "nomad-serverless/services/", Policy: "write"},
+			{Kind: "key", Label: "nomad-serverless/tracing", Policy: "read"},
 			{Kind: "key_prefix", Label: "nomad-serverless/control-plane/", Policy: "deny"},
 		},
 	}

@@ -127,6 +127,8 @@ func Policies(o Options) []Policy {
 				"deploy reads instances' health while it waits for them.",
 			) + consulRule("key_prefix", "nomad-serverless/services/", "write",
 				"The last applied copy of each service.",
+			) + consulRule("key", consulroute.TracingKey, "read",
+				"serve's tracing settings (OTEL_*), compiled into each new revision's sidecar.",
 			) + consulRule("key_prefix", consulroute.ControlPlaneKVPrefix, "deny",
 				"The control plane's own keys, the admin API's keyring among them: whoever",
 				"reads it can scale every revision through the admin API. The gateway's TLS",

@@ -481,6 +481,11 @@ func sidecarTask(rev spec.Revision, o Options) *api.Task {
 	env[spec.EnvSidecarInstance] = "${NOMAD_ALLOC_ID}"
 	s := o.Sidecar
 	env["GOMAXPROCS"] = strconv.Itoa(SidecarProcs(s.CPU))
+	for k, v := range o.SidecarEnv {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
 	task := &api.Task{
 		Name:      spec.SidecarTaskName,
 		Lifecycle: sidecarLifecycle(t),

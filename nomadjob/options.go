@@ -81,6 +81,11 @@ type Options struct {
 	// LivenessGrace is added to a liveness probe's initial_delay for
 	// check_restart's grace (DefaultLivenessGrace).
 	LivenessGrace time.Duration
+
+	// SidecarEnv is more environment for the queue-proxy task: the
+	// control plane's tracing settings (OTEL_*, consulroute.TracingKey).
+	// The revision's own sidecar settings win over it.
+	SidecarEnv map[string]string
 }
 
 // SidecarOptions says how the queue-proxy task runs. Set exactly one of

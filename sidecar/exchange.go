@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 )
 
@@ -38,6 +40,9 @@ type exchange struct {
 	// body tracks an HTTP/1 request body that may still be arriving when
 	// the response starts (nil: none).
 	body h1.EOFer
+	// span is the request's server span (nil: tracing off), ended by
+	// Handler.done with the status.
+	span trace.Span
 
 	// Set before the timer is armed (Timer.Reset orders them before the
 	// timer goroutine reads them).
@@ -93,6 +98,7 @@ func (x *exchange) begin(w http.ResponseWriter, clientCtx context.Context, start
 	x.bytes = 0
 	x.wroteHeader = false
 	x.body = nil
+	x.span = nil
 	x.start = start
 	x.clientCtx = clientCtx
 	x.nextCheck = clientCheckInterval
@@ -123,6 +129,7 @@ func (x *exchange) finish() bool {
 	x.w = nil
 	x.clientCtx = nil
 	x.body = nil
+	x.span = nil
 	return true
 }
 

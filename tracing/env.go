@@ -17,24 +17,41 @@ func Enabled(getenv func(string) string) bool {
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// Settings are the OTEL_* variables of environ ("K=V" strings, as from
-// os.Environ) that configure tracing, to pass on to another process (the
-// control plane's job, the revisions' sidecars). OTEL_SERVICE_NAME is
-// left out: each process names itself.
-func Settings(environ []string) map[string]string {
+// Variables are the OTEL_* variables that configure tracing and are
+// passed on to the processes the control plane starts (serve in the
+// control plane's job, the revisions' sidecars). OTEL_SERVICE_NAME is not
+// among them: each process names itself.
+var Variables = []string{
+	"OTEL_SDK_DISABLED",
+	"OTEL_TRACES_EXPORTER",
+	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+	"OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
+	"OTEL_EXPORTER_OTLP_CERTIFICATE", "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+	"OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+	"OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+	"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
+	"OTEL_RESOURCE_ATTRIBUTES",
+}
+
+// Settings are the Variables set in the environment (getenv), to pass
+// on; empty when tracing is off.
+func Settings(getenv func(string) string) map[string]string {
 	out := map[string]string{}
-	for _, kv := range environ {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(k, "OTEL_") || k == "OTEL_SERVICE_NAME" {
-			continue
+	if !Enabled(getenv) {
+		return out
+	}
+	for _, k := range Variables {
+		if v := getenv(k); v != "" {
+			out[k] = v
 		}
-		out[k] = v
 	}
 	return out
 }
 
 // ProcessSettings is Settings of this process's environment.
-func ProcessSettings() map[string]string { return Settings(os.Environ()) }
+func ProcessSettings() map[string]string { return Settings(os.Getenv) }
 
 // SortedKeys lists a settings map's keys in order, for stable output.
 func SortedKeys(m map[string]string) []string {

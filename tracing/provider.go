@@ -121,6 +121,12 @@ func otlpExporter(ctx context.Context, getenv func(string) string) (sdktrace.Spa
 	return exp, nil
 }
 
+// Collectors are the span queue's counters, for a process whose
+// registry is made after its tracing (the sidecar's).
+func (p *Provider) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{p.q.dropped, p.q.exported}
+}
+
 // Tracer starts spans.
 func (p *Provider) Tracer() trace.Tracer { return p.tracer }
 

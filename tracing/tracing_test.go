@@ -48,9 +48,14 @@ func TestOffWithoutEndpoint(t *testing.T) {
 }
 
 func TestSettingsPassOnOTELButServiceName(t *testing.T) {
-	got := Settings([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://x:4318", "OTEL_SERVICE_NAME=cp", "OTEL_TRACES_SAMPLER_ARG=0.01", "HOME=/root"})
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318", "OTEL_SERVICE_NAME": "cp", "OTEL_TRACES_SAMPLER_ARG": "0.01", "HOME": "/root"}
+	got := Settings(func(k string) string { return env[k] })
 	if len(got) != 2 || got["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://x:4318" || got["OTEL_TRACES_SAMPLER_ARG"] != "0.01" {
 		t.Fatalf("settings: %v", got)
+	}
+	delete(env, "OTEL_EXPORTER_OTLP_ENDPOINT")
+	if got := Settings(func(k string) string { return env[k] }); len(got) != 0 {
+		t.Fatalf("tracing off passes on %v", got)
 	}
 }
 

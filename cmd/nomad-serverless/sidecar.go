@@ -8,8 +8,11 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/nomad-serverless/nomad-serverless/sidecar"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // sidecarGCPercent is the sidecar's GOGC unless the environment sets one.
@@ -88,7 +91,17 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 		debug.SetGCPercent(sidecarGCPercent)
 	}
 	log := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
-	sc, err := sidecar.New(cfg, sidecar.Options{Log: log, Started: started})
+	tp, err := tracing.New(ctx, tracing.Options{ServiceName: "nomad-serverless-sidecar", Logger: log, Getenv: e.getenv,
+		Attributes: []attribute.KeyValue{attribute.String("serverless.service", cfg.Service),
+			attribute.String("serverless.revision", cfg.Revision), attribute.String("service.instance.id", cfg.Instance)}})
+	if err != nil {
+		fmt.Fprintln(e.stderr, "nomad-serverless sidecar:", err)
+		return exitUsage
+	}
+	if tp != nil {
+		defer shutdownTracing(tp, log)
+	}
+	sc, err := sidecar.New(cfg, sidecar.Options{Log: log, Started: started, Tracing: tp})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "nomad-serverless sidecar:", err)
 		return exitUsage
