@@ -54,18 +54,21 @@ const (
 )
 
 // startRequestSpan opens a routed request's server span and returns the
-// request with it in its context.
+// request with it in its context; a request that is not sampled gets
+// none (nil), and every other span of the gateway is skipped for it.
 func (g *Gateway) startRequestSpan(r *http.Request, rev *revision, rt *route) (*http.Request, trace.Span) {
-	attrs := make([]attribute.KeyValue, 0, 8)
-	attrs = append(attrs, attrService.String(rev.service), attrRevision.String(rev.name))
+	r, sp := g.tracing.StartRequest(r, spanGateway)
+	if sp == nil {
+		return r, nil
+	}
+	sp.SetAttributes(attrService.String(rev.service), attrRevision.String(rev.name))
 	if rt != nil {
-		attrs = append(attrs, attrNamespace.String(rt.namespace))
+		sp.SetAttributes(attrNamespace.String(rt.namespace))
 		if rt.tag != "" {
-			attrs = append(attrs, attrTag.String(rt.tag))
+			sp.SetAttributes(attrTag.String(rt.tag))
 		}
 	}
-	ctx, sp := g.tracing.StartServer(r, spanGateway, attrs...)
-	return r.WithContext(ctx), sp
+	return r, sp
 }
 
 // endRequestSpan ends a request's server span with its outcome.

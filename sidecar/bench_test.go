@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"io"
 	"log"
 	"net"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/benchhttp"
+	"github.com/nomad-serverless/nomad-serverless/test/otlpsink"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // rawApp is a minimal HTTP/1.1 app for benchmarks and tests
@@ -115,6 +118,43 @@ func BenchmarkServe(b *testing.B) {
 				addr = srv.Listener.Addr().String()
 			}
 			benchhttp.Drive(b, addr, "GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
+		})
+	}
+}
+
+// BenchmarkHandlerTracing is BenchmarkHandler (concurrency=10: every span
+// the sidecar makes) with tracing off, sampling 1 % and sampling every
+// request, exporting over OTLP/HTTP to a sink that keeps nothing: the
+// cost of tracing on the sidecar, as ratios of one run (benchstat).
+func BenchmarkHandlerTracing(b *testing.B) {
+	for _, c := range []struct{ name, ratio string }{{"off", ""}, {"sampled=1%", "0.01"}, {"sampled=100%", "1"}} {
+		b.Run(c.name, func(b *testing.B) {
+			var tp *tracing.Provider
+			if c.ratio != "" {
+				for k, v := range otlpsink.Start(b).Env(c.ratio) {
+					b.Setenv(k, v)
+				}
+				var err error
+				if tp, err = tracing.New(context.Background(), tracing.Options{ServiceName: "bench"}); err != nil {
+					b.Fatal(err)
+				}
+				defer tp.Shutdown(context.Background())
+			}
+			s, err := New(benchConfig(rawApp(b), 10), Options{Tracing: tp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := s.Handler()
+			req := httptest.NewRequest("GET", "http://sidecar/", nil)
+			req.RemoteAddr = "127.0.0.1:1234"
+			w := &discardWriter{h: http.Header{}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				clear(w.h)
+				delete(req.Header, "Traceparent") // the app span's header, written into the request
+				h.ServeHTTP(w, req)
+			}
 		})
 	}
 }

@@ -35,11 +35,15 @@ const (
 )
 
 // startSpan opens a request's server span, kept in x for done, and
-// returns the request with it in its context.
+// returns the request with it in its context. A request that is not
+// sampled gets none (x.span stays nil), and no other span either.
 func (h *Handler) startSpan(x *exchange, r *http.Request) *http.Request {
-	ctx, sp := h.tracing.StartServer(r, spanSidecar, attrRevision.String(h.cfg.Revision), attrInstance.String(h.cfg.Instance))
-	x.span = sp
-	return r.WithContext(ctx)
+	r, sp := h.tracing.StartRequest(r, spanSidecar)
+	if sp != nil {
+		sp.SetAttributes(attrRevision.String(h.cfg.Revision), attrInstance.String(h.cfg.Instance))
+		x.span = sp
+	}
+	return r
 }
 
 func (h *Handler) startQueueSpan(r *http.Request) trace.Span {

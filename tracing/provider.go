@@ -45,8 +45,6 @@ type Options struct {
 	// Registerer gets the span queue's counters (nil: none registered).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
-	// Getenv reads the environment (nil: os.Getenv).
-	Getenv func(string) string
 
 	// Exporter and Sampler replace the OTLP exporter and the environment's
 	// sampler (tests: tracetest's in-memory exporter). With Exporter set,
@@ -58,12 +56,10 @@ type Options struct {
 }
 
 // New returns the process's tracing, or nil (and no error) when the
-// environment names no OTLP endpoint.
+// environment names no OTLP endpoint. It reads the process's environment,
+// as the SDK and the exporter it builds do.
 func New(ctx context.Context, o Options) (*Provider, error) {
-	getenv := o.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
+	getenv := os.Getenv
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -155,6 +151,41 @@ func (p *Provider) StartServer(r *http.Request, name string, attrs ...attribute.
 		attribute.String("network.protocol.version", protoVersion(r)),
 	)
 	return p.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+}
+
+// StartRequest opens the server span of a request on the data path. A
+// request that is not sampled gets no span (nil), and its request is
+// returned as it came, with one exception: a request without any trace
+// context gets a traceparent with the decision (sampled=0), so the hops
+// after it (the sidecar, the app) do not sample it on their own. Only the
+// sampled pay for spans and attributes.
+func (p *Provider) StartRequest(r *http.Request, name string) (*http.Request, trace.Span) {
+	ctx := r.Context()
+	had := hasTraceContext(r.Header)
+	if had {
+		ctx = p.Extract(ctx, r.Header)
+	}
+	ctx, sp := p.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+	if !sp.IsRecording() {
+		if !had {
+			p.Inject(ctx, r.Header)
+		}
+		return r, nil
+	}
+	sp.SetAttributes(
+		attribute.String("http.request.method", r.Method),
+		attribute.String("url.path", r.URL.Path),
+		attribute.String("server.address", r.Host),
+		attribute.String("network.protocol.version", protoVersion(r)),
+	)
+	return r.WithContext(ctx), sp
+}
+
+// hasTraceContext reports whether a header carries W3C or B3 trace
+// context, by direct lookups of canonical keys (Header.Get would
+// canonicalise, and allocate, for every request).
+func hasTraceContext(h http.Header) bool {
+	return len(h["Traceparent"]) > 0 || len(h["B3"]) > 0 || len(h["X-B3-Traceid"]) > 0
 }
 
 // StartClient starts the client span of a request sent on, a child of

@@ -31,9 +31,11 @@ func newTest(t *testing.T, exp sdktrace.SpanExporter, capacity int) (*Provider, 
 }
 
 func TestOffWithoutEndpoint(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 	env := map[string]string{}
 	getenv := func(k string) string { return env[k] }
-	p, err := New(context.Background(), Options{Getenv: getenv})
+	p, err := New(context.Background(), Options{})
 	if err != nil || p != nil {
 		t.Fatalf("no endpoint: got %v, %v; want nil, nil", p, err)
 	}
@@ -198,5 +200,45 @@ func TestExemplarOnlySampled(t *testing.T) {
 	}
 	if len(ex) != 1 || ex[0] != sc.TraceID().String() {
 		t.Fatalf("exemplars %v, want one of trace %s", ex, sc.TraceID())
+	}
+}
+
+// StartRequest: a request not sampled gets no span and keeps its
+// traceparent; one without trace context gets the decision (sampled=0)
+// for the hops after it.
+func TestStartRequestNotSampled(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	p, err := New(context.Background(), Options{ServiceName: "test", Exporter: exp, Sampler: sdktrace.ParentBased(sdktrace.NeverSample())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	r := httptest.NewRequest("GET", "http://x/", nil)
+	out, sp := p.StartRequest(r, "server")
+	if sp != nil || out != r {
+		t.Fatal("a request not sampled got a span or a new request")
+	}
+	if tp := r.Header.Get("traceparent"); !strings.HasPrefix(tp, "00-") || !strings.HasSuffix(tp, "-00") {
+		t.Fatalf("traceparent %q, want the not-sampled decision", tp)
+	}
+	const in = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+	r = httptest.NewRequest("GET", "http://x/", nil)
+	r.Header.Set("traceparent", in)
+	if _, sp := p.StartRequest(r, "server"); sp != nil || r.Header.Get("traceparent") != in {
+		t.Fatalf("sampled=0 from the client: span %v, traceparent %q", sp, r.Header.Get("traceparent"))
+	}
+	// Sampled by its parent: a span, with the request's attributes.
+	r = httptest.NewRequest("GET", "http://x/p", nil)
+	r.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	r2, sp := p.StartRequest(r, "server")
+	if sp == nil || !trace.SpanContextFromContext(r2.Context()).IsSampled() {
+		t.Fatal("a sampled parent's request got no span")
+	}
+	sp.End()
+	if err := p.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := exp.GetSpans(); len(s) != 1 || len(s[0].Attributes) != 4 {
+		t.Fatalf("exported %v", s.Snapshots())
 	}
 }

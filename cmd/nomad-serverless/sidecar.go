@@ -91,7 +91,7 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 		debug.SetGCPercent(sidecarGCPercent)
 	}
 	log := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
-	tp, err := tracing.New(ctx, tracing.Options{ServiceName: "nomad-serverless-sidecar", Logger: log, Getenv: e.getenv,
+	tp, err := tracing.New(ctx, tracing.Options{ServiceName: "nomad-serverless-sidecar", Logger: log,
 		Attributes: []attribute.KeyValue{attribute.String("serverless.service", cfg.Service),
 			attribute.String("serverless.revision", cfg.Revision), attribute.String("service.instance.id", cfg.Instance)}})
 	if err != nil {

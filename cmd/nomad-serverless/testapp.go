@@ -46,7 +46,7 @@ func runTestapp(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
-	if cfg.Tracing, err = tracing.New(ctx, tracing.Options{ServiceName: "testapp", Logger: log, Getenv: e.getenv}); err != nil {
+	if cfg.Tracing, err = tracing.New(ctx, tracing.Options{ServiceName: "testapp", Logger: log}); err != nil {
 		fmt.Fprintln(e.stderr, "nomad-serverless testapp:", err)
 		return exitUsage
 	}
