@@ -54,6 +54,10 @@ type forward struct {
 	// wake is the wake from zero this request waited through, whose
 	// timeline it stamps (sent, first byte); nil for every other request.
 	wake *wake
+	// span and fspan are the request's server span and its forward's
+	// client span (nil: tracing off or not sampled), ended early by a
+	// protocol switch (tracing.go).
+	span, fspan trace.Span
 	// vals backs the values of the response header forwardH1 reads:
 	// one allocation with the forward instead of one per header. A forward
 	// is never reused, so the header map may keep them after the request.
@@ -196,8 +200,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 	}()
 
 	if sp != nil {
-		fs := g.startForward(r, f)
-		defer endForward(fs, f)
+		f.span = sp
+		f.fspan = g.startForward(r, f)
+		defer endForward(f.fspan, f)
 	}
 	if fast {
 		g.forwardH1(w, r, f, deadline)
@@ -410,7 +415,11 @@ func modifyResponse(resp *http.Response) error {
 			// wait for it (h2proxy.EndsRequest).
 			resp.Body = h2proxy.EndsRequest(resp.Body, f.body.src)
 		}
-		f.started(resp.StatusCode == http.StatusSwitchingProtocols)
+		upgrade := resp.StatusCode == http.StatusSwitchingProtocols
+		if upgrade && f.span != nil {
+			f.endSpansAtUpgrade()
+		}
+		f.started(upgrade)
 	}
 	delete(resp.Header, notServedKey)
 	return nil

@@ -79,6 +79,14 @@ func endRequestSpan(sp trace.Span, f *forward, status int) {
 	tracing.EndHTTP(sp, status)
 }
 
+// endSpansAtUpgrade ends a protocol switch's spans at the 101: a
+// websocket is one span for its upgrade, not one as long as the tunnel.
+// The ends deferred in serve then do nothing (a span ends once).
+func (f *forward) endSpansAtUpgrade() {
+	endForward(f.fspan, f)
+	endRequestSpan(f.span, f, f.status)
+}
+
 // startHold opens the span of a request's wait for a slot.
 func (g *Gateway) startHold(ctx context.Context) (context.Context, trace.Span) {
 	return g.tracing.Tracer().Start(ctx, spanHold)

@@ -1,7 +1,10 @@
 package activator
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -227,5 +230,50 @@ func TestTracingWakeTimelineSpans(t *testing.T) {
 	}
 	if !linked {
 		t.Error("the second held request does not link to the wake's cause")
+	}
+}
+
+// A websocket is one span for its upgrade: the gateway's spans end at the
+// 101, while the tunnel is still open.
+func TestTracingUpgradeEndsAtSwitch(t *testing.T) {
+	p, exp := newTestTracing(t)
+	release := make(chan struct{})
+	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		brw.Flush()
+		<-release
+	})
+	t.Cleanup(func() { close(release) })
+	cat := oneRevision(0, 10*time.Second)
+	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	tg := startGateway(t, cat, nil, func(c *Config) { c.Tracing = p })
+
+	conn, err := net.Dial("tcp", tg.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: hello.default.localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\ntraceparent: %s\r\n\r\n", testParent)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v, %v", resp, err)
+	}
+	// The tunnel is open; the spans are already ended and exported.
+	var spans tracetest.SpanStubs
+	waitFor(t, "the upgrade's spans end at the 101", func() bool {
+		spans = flushed(t, p, exp)
+		_, ok1 := spanNamed(spans, spanGateway)
+		_, ok2 := spanNamed(spans, spanForward)
+		return ok1 && ok2
+	})
+	gw, _ := spanNamed(spans, spanGateway)
+	if v := attrOf(gw, "http.response.status_code").AsInt64(); v != 101 {
+		t.Errorf("gateway span status %d, want 101", v)
 	}
 }

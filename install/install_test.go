@@ -619,3 +619,14 @@ func TestNextSteps(t *testing.T) {
 		t.Errorf("-consul-tls variable: the steps do not put the CA and client certificate:\n%s", b.String())
 	}
 }
+
+// install passes its OTEL_* settings into serve's environment.
+func TestJobCarriesTracingSettings(t *testing.T) {
+	o := Defaults()
+	o.Tracing = map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SERVICE_NAME": "edge"}
+	job := Job(o, testVersion)
+	env := job.TaskGroups[0].Tasks[0].Env
+	if env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://collector:4318" || env["OTEL_SERVICE_NAME"] != "edge" || env["CONSUL_HTTP_ADDR"] == "" {
+		t.Errorf("serve's env %v", env)
+	}
+}

@@ -233,8 +233,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.dispatch(dispatched)
 	if x.span != nil {
-		cs := h.startAppSpan(r)
-		defer endAppSpan(cs, x)
+		x.appSpan = h.startAppSpan(r)
+		defer endAppSpan(x.appSpan, x)
 	}
 
 	if r.ProtoMajor == 1 {

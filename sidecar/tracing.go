@@ -71,3 +71,13 @@ func (h *Handler) startAppSpan(r *http.Request) trace.Span {
 }
 
 func endAppSpan(sp trace.Span, x *exchange) { tracing.EndHTTP(sp, x.status) }
+
+// endSpansAtUpgrade ends a protocol switch's spans at the 101: a
+// websocket is one span for its upgrade, not one as long as the tunnel.
+// The later ends do nothing (a span ends once).
+func (x *exchange) endSpansAtUpgrade() {
+	if x.appSpan != nil {
+		tracing.EndHTTP(x.appSpan, x.status)
+	}
+	tracing.EndHTTP(x.span, x.status)
+}
