@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -276,4 +277,40 @@ func TestTracingUpgradeEndsAtSwitch(t *testing.T) {
 	if v := attrOf(gw, "http.response.status_code").AsInt64(); v != 101 {
 		t.Errorf("gateway span status %d, want 101", v)
 	}
+}
+
+// A collector that is gone (nothing listens on its port) costs requests
+// nothing: they are answered, and the spans that could not go are
+// dropped and counted.
+func TestTracingDeadCollector(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+dead)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	reg := prometheus.NewRegistry()
+	p, err := tracing.New(context.Background(), tracing.Options{ServiceName: "test", Registerer: reg})
+	if err != nil || p == nil {
+		t.Fatalf("tracing with an endpoint: %v, %v", p, err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = p.Shutdown(ctx)
+	}()
+	sc := newFakeSidecar(t, true, nil)
+	cat := oneRevision(0, 10*time.Second)
+	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	tg := startGateway(t, cat, nil, func(c *Config) { c.Tracing = p })
+	for range 20 {
+		if code, _, _ := tg.get(t, "hello.default.localhost", "/", map[string]string{"traceparent": testParent}); code != 200 {
+			t.Fatalf("status %d with the collector gone", code)
+		}
+	}
+	waitFor(t, "the spans that could not be exported are counted", func() bool {
+		return counter(t, reg, "nomad_serverless_trace_spans_dropped_total", nil) >= 40 // 20 gateway + 20 forward spans
+	})
 }
