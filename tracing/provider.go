@@ -31,6 +31,10 @@ type Provider struct {
 	tracer trace.Tracer
 	prop   propagator
 	q      *queue
+	// sampler is the SDK's, kept to decide for a root request before any
+	// span exists; parentBased: a caller's sampled=0 is final.
+	sampler     sdktrace.Sampler
+	parentBased bool
 }
 
 // Options configure New. Everything about where spans go and how many are
@@ -82,12 +86,16 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSpanProcessor(q)}
-	if o.Sampler != nil {
-		opts = append(opts, sdktrace.WithSampler(o.Sampler))
+	sampler, parentBased := o.Sampler, false
+	if sampler == nil {
+		if sampler, parentBased, err = samplerFromEnv(getenv); err != nil {
+			return nil, err
+		}
 	}
-	tp := sdktrace.NewTracerProvider(opts...)
-	return &Provider{tp: tp, tracer: tp.Tracer("github.com/nomad-serverless/nomad-serverless"), prop: newPropagator(), q: q}, nil
+	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(q),
+		sdktrace.WithSampler(sampler), sdktrace.WithIDGenerator(idGenerator{}))
+	return &Provider{tp: tp, tracer: tp.Tracer("github.com/nomad-serverless/nomad-serverless"), prop: newPropagator(), q: q,
+		sampler: sampler, parentBased: parentBased}, nil
 }
 
 // otlpExporter builds the OTLP exporter the environment asks for:
@@ -159,17 +167,32 @@ func (p *Provider) StartServer(r *http.Request, name string, attrs ...attribute.
 // context gets a traceparent with the decision (sampled=0), so the hops
 // after it (the sidecar, the app) do not sample it on their own. Only the
 // sampled pay for spans and attributes.
+//
+// The decisions that drop a request are made before any span exists, so
+// that they cost at most the header: a caller's sampled=0 under a
+// parent-based sampler, and a root request the sampler drops.
 func (p *Provider) StartRequest(r *http.Request, name string) (*http.Request, trace.Span) {
+	h := r.Header
 	ctx := r.Context()
-	had := hasTraceContext(r.Header)
-	if had {
-		ctx = p.Extract(ctx, r.Header)
+	if tp := h["Traceparent"]; len(tp) > 0 {
+		if p.parentBased && len(tp) == 1 && notSampled(tp[0]) {
+			return r, nil
+		}
+		ctx = p.Extract(ctx, h)
+	} else if len(h["B3"]) > 0 || len(h["X-B3-Traceid"]) > 0 {
+		ctx = p.Extract(ctx, h)
+	} else {
+		tid := newTraceID()
+		res := p.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: tid, Name: name, Kind: trace.SpanKindServer})
+		if res.Decision == sdktrace.Drop {
+			h["Traceparent"] = []string{traceparent(tid, newSpanID(), false)}
+			return r, nil
+		}
+		// The span gets the trace ID it was sampled with.
+		ctx = context.WithValue(ctx, presetTraceID{}, tid)
 	}
 	ctx, sp := p.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
 	if !sp.IsRecording() {
-		if !had {
-			p.Inject(ctx, r.Header)
-		}
 		return r, nil
 	}
 	sp.SetAttributes(
@@ -179,13 +202,6 @@ func (p *Provider) StartRequest(r *http.Request, name string) (*http.Request, tr
 		attribute.String("network.protocol.version", protoVersion(r)),
 	)
 	return r.WithContext(ctx), sp
-}
-
-// hasTraceContext reports whether a header carries W3C or B3 trace
-// context, by direct lookups of canonical keys (Header.Get would
-// canonicalise, and allocate, for every request).
-func hasTraceContext(h http.Header) bool {
-	return len(h["Traceparent"]) > 0 || len(h["B3"]) > 0 || len(h["X-B3-Traceid"]) > 0
 }
 
 // StartClient starts the client span of a request sent on, a child of

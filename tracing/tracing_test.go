@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -240,5 +241,82 @@ func TestStartRequestNotSampled(t *testing.T) {
 	}
 	if s := exp.GetSpans(); len(s) != 1 || len(s[0].Attributes) != 4 {
 		t.Fatalf("exported %v", s.Snapshots())
+	}
+}
+
+func TestSamplerFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name, arg   string
+		parentBased bool
+		desc        string
+		bad         bool
+	}{
+		{"", "", true, "ParentBased{root:AlwaysOnSampler", false},
+		{"parentbased_traceidratio", "0.01", true, "ParentBased{root:TraceIDRatioBased{0.01}", false},
+		{"traceidratio", "0.5", false, "TraceIDRatioBased{0.5}", false},
+		{"always_off", "", false, "AlwaysOffSampler", false},
+		{"traceidratio", "2", false, "", true},
+		{"jaeger_remote", "", false, "", true},
+	} {
+		env := map[string]string{"OTEL_TRACES_SAMPLER": tc.name, "OTEL_TRACES_SAMPLER_ARG": tc.arg}
+		s, pb, err := samplerFromEnv(func(k string) string { return env[k] })
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%s %s: no error", tc.name, tc.arg)
+			}
+			continue
+		}
+		if err != nil || pb != tc.parentBased || !strings.HasPrefix(s.Description(), tc.desc) {
+			t.Errorf("%s %s: %v parent-based %v, %v", tc.name, tc.arg, s.Description(), pb, err)
+		}
+	}
+}
+
+func TestTraceparentFormatAndFlag(t *testing.T) {
+	tid, sid := newTraceID(), newSpanID()
+	for _, sampled := range []bool{true, false} {
+		tp := traceparent(tid, sid, sampled)
+		sc := trace.SpanContextFromContext(newPropagator().Extract(context.Background(), propagation.HeaderCarrier(http.Header{"Traceparent": {tp}})))
+		if sc.TraceID() != tid || sc.SpanID() != sid || sc.IsSampled() != sampled || notSampled(tp) == sampled {
+			t.Errorf("%q reads back as %v (notSampled %v)", tp, sc, notSampled(tp))
+		}
+	}
+	if notSampled("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00") || notSampled("garbage") {
+		t.Error("notSampled trusted a header it cannot read")
+	}
+}
+
+// Under the environment's parentbased_traceidratio sampler, a root request
+// the ratio drops costs one header with the decision; one it keeps is a
+// span whose trace is the one it was sampled with.
+func TestRootDecidedBeforeAnySpan(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+	for _, ratio := range []string{"0", "1"} {
+		t.Setenv("OTEL_TRACES_SAMPLER_ARG", ratio)
+		exp := tracetest.NewInMemoryExporter()
+		p, err := New(context.Background(), Options{ServiceName: "test", Exporter: exp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest("GET", "http://x/", nil)
+		r2, sp := p.StartRequest(r, "server")
+		tp := r.Header.Get("traceparent")
+		if ratio == "0" {
+			if sp != nil || !notSampled(tp) {
+				t.Errorf("ratio 0: span %v, traceparent %q", sp, tp)
+			}
+		} else {
+			if sp == nil || !sp.SpanContext().IsSampled() || r2 == r {
+				t.Fatalf("ratio 1: no sampled span")
+			}
+			sp.End()
+		}
+		if err := p.ForceFlush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(exp.GetSpans()); (ratio == "1") != (n == 1) {
+			t.Errorf("ratio %s: %d spans exported", ratio, n)
+		}
+		p.Shutdown(context.Background())
 	}
 }
