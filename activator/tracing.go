@@ -127,10 +127,11 @@ func (w *wake) join(ctx context.Context) {
 	t := w.t
 	t.mu.Lock()
 	var link trace.SpanContext
+	cause := false
 	switch {
 	case w.finished:
 	case !w.cause.IsValid() || (!w.cause.IsSampled() && sc.IsSampled()):
-		w.cause = sc
+		w.cause, cause = sc, true
 	default:
 		link = w.cause
 	}
@@ -138,7 +139,7 @@ func (w *wake) join(ctx context.Context) {
 	sp := trace.SpanFromContext(ctx)
 	if link.IsValid() {
 		sp.AddLink(trace.Link{SpanContext: link, Attributes: []attribute.KeyValue{attrCause.Bool(false)}})
-	} else if w.cause.Equal(sc) {
+	} else if cause {
 		sp.SetAttributes(attrCause.Bool(true))
 	}
 }
