@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,8 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -73,7 +72,7 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 			return nil, nil
 		}
 		var err error
-		if exp, err = otlpExporter(ctx, getenv); err != nil {
+		if exp, err = otlpExporter(getenv); err != nil {
 			return nil, err
 		}
 	}
@@ -98,31 +97,26 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 		sampler: sampler, parentBased: parentBased}, nil
 }
 
-// otlpExporter builds the OTLP exporter the environment asks for:
-// OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL grpc or http/protobuf (the
-// default, as the specification says). The exporter reads its endpoint,
-// headers, TLS and timeout settings from the environment itself.
-func otlpExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
+// otlpExporter builds the OTLP/HTTP exporter (otlp.go), which reads its
+// endpoint, headers, TLS, timeout and compression from the environment.
+// OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL may say http/protobuf (the
+// specification's default); grpc is refused with what to do instead: the
+// OTLP/gRPC exporter links grpc-go, which would grow every sidecar's
+// binary by megabytes (test/house keeps it out), and every collector
+// that speaks OTLP/gRPC on 4317 speaks OTLP/HTTP on 4318.
+func otlpExporter(getenv func(string) string) (sdktrace.SpanExporter, error) {
 	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if proto == "" {
 		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
 	switch strings.TrimSpace(proto) {
 	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
 	case "grpc":
-		exp, err = otlptracegrpc.New(ctx)
+		return nil, errors.New("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: nomad-serverless exports traces over OTLP/HTTP only; set it to http/protobuf and point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's OTLP/HTTP port (usually 4318)")
 	default:
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: nomad-serverless exports traces over grpc or http/protobuf", proto)
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: nomad-serverless exports traces over http/protobuf", proto)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("starting the OTLP trace exporter (%s): %w", proto, err)
-	}
-	return exp, nil
+	return newOTLPHTTP(getenv)
 }
 
 // Collectors are the span queue's counters, for a process whose

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -320,3 +321,8 @@ func TestRootDecidedBeforeAnySpan(t *testing.T) {
 		p.Shutdown(context.Background())
 	}
 }
+
+func attrKV(k, v string) attribute.KeyValue      { return attribute.String(k, v) }
+func attrInt(k string, v int) attribute.KeyValue { return attribute.Int(k, v) }
+
+func counterValue(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
