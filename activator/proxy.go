@@ -54,10 +54,11 @@ type forward struct {
 	// wake is the wake from zero this request waited through, whose
 	// timeline it stamps (sent, first byte); nil for every other request.
 	wake *wake
-	// span and fspan are the request's server span and its forward's
-	// client span (nil: tracing off or not sampled), ended early by a
-	// protocol switch (tracing.go).
-	span, fspan trace.Span
+	// spans are a sampled request's server and forward spans, for a
+	// protocol switch to end at its 101 (tracing.go); nil otherwise. One
+	// pointer, not the two spans: the forward of every request, traced or
+	// not, keeps its allocation size.
+	spans *forwardSpans
 	// vals backs the values of the response header forwardH1 reads:
 	// one allocation with the forward instead of one per header. A forward
 	// is never reused, so the header map may keep them after the request.
@@ -200,9 +201,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 	}()
 
 	if sp != nil {
-		f.span = sp
-		f.fspan = g.startForward(r, f)
-		defer endForward(f.fspan, f)
+		f.spans = &forwardSpans{server: sp, forward: g.startForward(r, f)}
+		defer endForward(f.spans.forward, f)
 	}
 	if fast {
 		g.forwardH1(w, r, f, deadline)
@@ -416,7 +416,7 @@ func modifyResponse(resp *http.Response) error {
 			resp.Body = h2proxy.EndsRequest(resp.Body, f.body.src)
 		}
 		upgrade := resp.StatusCode == http.StatusSwitchingProtocols
-		if upgrade && f.span != nil {
+		if upgrade && f.spans != nil {
 			f.endSpansAtUpgrade()
 		}
 		f.started(upgrade)

@@ -79,12 +79,16 @@ func endRequestSpan(sp trace.Span, f *forward, status int) {
 	tracing.EndHTTP(sp, status)
 }
 
+// forwardSpans are a sampled request's server span and its forward's
+// client span.
+type forwardSpans struct{ server, forward trace.Span }
+
 // endSpansAtUpgrade ends a protocol switch's spans at the 101: a
 // websocket is one span for its upgrade, not one as long as the tunnel.
 // The ends deferred in serve then do nothing (a span ends once).
 func (f *forward) endSpansAtUpgrade() {
-	endForward(f.fspan, f)
-	endRequestSpan(f.span, f, f.status)
+	endForward(f.spans.forward, f)
+	endRequestSpan(f.spans.server, f, f.status)
 }
 
 // startHold opens the span of a request's wait for a slot.
