@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,7 +238,16 @@ func TestE2E31Traces(t *testing.T) {
 		t.Fatalf("warm-up request: %s", o.Describe())
 	}
 	up, _ := measure(50)
-	jaeger.Stop(t)
+	// Killed, not stopped: a collector that vanishes (its own shutdown
+	// would also take seconds, flushing its self-telemetry).
+	if err := jaeger.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-jaeger.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Jaeger did not die of SIGKILL within 30s")
+	}
 	down, outs := measure(50)
 	for _, o := range outs {
 		if !o.OK() {
