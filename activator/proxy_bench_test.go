@@ -82,7 +82,7 @@ func BenchmarkServe(b *testing.B) {
 // keeps nothing: the cost of tracing on the gateway, as ratios of one run
 // (benchstat).
 func BenchmarkServeTracing(b *testing.B) {
-	for _, c := range []struct{ name, ratio string }{{"off", ""}, {"sampled=1%", "0.01"}, {"sampled=100%", "1"}} {
+	for _, c := range []struct{ name, ratio string }{{"tracing=off", ""}, {"tracing=1%", "0.01"}, {"tracing=100%", "1"}} {
 		b.Run(c.name, func(b *testing.B) {
 			var tp *tracing.Provider
 			if c.ratio != "" {

@@ -33,6 +33,11 @@ type queue struct {
 	dropped  *prometheus.CounterVec
 	exported prometheus.Counter
 
+	// wake tells the exporting goroutine that a batch is waiting; it
+	// sleeps otherwise until its tick, so a span's end wakes no goroutine
+	// (one wake per batch, not one per span).
+	wake chan struct{}
+
 	stopOnce sync.Once
 	stop     chan struct{}
 	flushCh  chan chan struct{}
@@ -81,6 +86,7 @@ func newQueue(exp sdktrace.SpanExporter, cfg queueConfig, reg prometheus.Registe
 			Namespace: "nomad_serverless", Name: "trace_spans_exported_total",
 			Help: "Spans the collector accepted.",
 		}),
+		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		flushCh: make(chan chan struct{}),
 		done:    make(chan struct{}),
@@ -109,6 +115,12 @@ func (q *queue) OnEnd(s sdktrace.ReadOnlySpan) {
 	}
 	select {
 	case q.ch <- s:
+		if len(q.ch) >= q.batch {
+			select {
+			case q.wake <- struct{}{}:
+			default: // already told
+			}
+		}
 	default:
 		q.dropped.WithLabelValues(dropQueueFull).Inc()
 	}
@@ -121,13 +133,10 @@ func (q *queue) run() {
 	buf := make([]sdktrace.ReadOnlySpan, 0, q.batch)
 	for {
 		select {
-		case s := <-q.ch:
-			buf = append(buf, s)
-			if len(buf) >= q.batch {
-				buf = q.export(buf)
-			}
+		case <-q.wake:
+			buf = q.drain(buf)
 		case <-t.C:
-			buf = q.export(buf)
+			buf = q.drain(buf)
 		case ack := <-q.flushCh:
 			buf = q.drain(buf)
 			close(ack)
