@@ -81,6 +81,13 @@ type Options struct {
 	// LivenessGrace is added to a liveness probe's initial_delay for
 	// check_restart's grace (DefaultLivenessGrace).
 	LivenessGrace time.Duration
+
+	// DockerAnnounces says that every docker engine of the cluster
+	// announces a container's address as its network comes up
+	// (DockerAnnounces of Client.DockerEngines), so the queue-proxy may
+	// start beside a published docker container instead of after it
+	// (sidecarLifecycle). False, the safe order, when unknown.
+	DockerAnnounces bool
 }
 
 // SidecarOptions says how the queue-proxy task runs. Set exactly one of
