@@ -479,13 +479,15 @@ func SidecarProcs(cpuMHz int) int {
 	return max(1, (cpuMHz+999)/1000)
 }
 
-// SidecarLogFile is the queue-proxy's log, which it writes itself
-// (sidecar.LogFile) where Nomad would have, under the names Nomad's logmon
-// gives (queue-proxy.stderr.0, .1, ...), so that Nomad's logs API and
-// `nomad alloc logs` read it as any task's. Nomad collects no log of the
-// task: its logmon (and, for docker, docker_logger) is a process spawned
-// before the task starts, on the path of every wake, and kept for the
-// instance's life.
+// SidecarLogFile is the queue-proxy's log, which a raw_exec sidecar writes
+// itself (sidecar.LogFile) where Nomad would have, under the names Nomad's
+// logmon gives (queue-proxy.stderr.0, .1, ...), so that Nomad's logs API
+// and `nomad alloc logs` read it as any task's. Nomad then collects no log
+// of the task: its logmon is a process (a copy of the nomad binary)
+// spawned before the task starts, on the path of every wake, and kept for
+// the instance's life. Only raw_exec: Nomad 2.0 mounts the allocation's
+// logs directory read-only into docker containers and exec chroots, so
+// there the sidecar's log stays Nomad's to collect.
 const SidecarLogFile = "${NOMAD_ALLOC_DIR}/logs/" + spec.SidecarTaskName + ".stderr"
 
 func sidecarTask(rev spec.Revision, o Options) *api.Task {
@@ -499,7 +501,6 @@ func sidecarTask(rev spec.Revision, o Options) *api.Task {
 	env[spec.EnvSidecarAppPort] = appPortEnv
 	env[spec.EnvSidecarAdminPort] = "${NOMAD_PORT_" + spec.PortAdmin + "}"
 	env[spec.EnvSidecarInstance] = "${NOMAD_ALLOC_ID}"
-	env[spec.EnvSidecarLogFile] = SidecarLogFile
 	s := o.Sidecar
 	env["GOMAXPROCS"] = strconv.Itoa(SidecarProcs(s.CPU))
 	task := &api.Task{
@@ -510,9 +511,6 @@ func sidecarTask(rev spec.Revision, o Options) *api.Task {
 		// The sidecar drains within the user's kill_timeout
 		// (spec.SidecarConfigForRevision), so it gets the same.
 		KillTimeout: new(t.Task.KillTimeout),
-		// The sidecar writes its log itself (SidecarLogFile): no logmon
-		// process, nor docker_logger, to spawn before it starts.
-		LogConfig: &api.LogConfig{Disabled: new(true)},
 	}
 	switch {
 	case s.Image != "":
@@ -528,6 +526,11 @@ func sidecarTask(rev spec.Revision, o Options) *api.Task {
 		task.Driver = s.ArtifactDriver
 		task.Config = map[string]any{"command": s.ArtifactCommand, "args": []string{SidecarCommandArg}}
 		task.Artifacts = []*api.TaskArtifact{{GetterSource: new(s.ArtifactURL), RelativeDest: new("local/")}}
+	}
+	if task.Driver == "raw_exec" {
+		// The sidecar writes its log itself: no logmon to spawn.
+		env[spec.EnvSidecarLogFile] = SidecarLogFile
+		task.LogConfig = &api.LogConfig{Disabled: new(true)}
 	}
 	return task
 }

@@ -26,9 +26,10 @@ const (
 // queue-proxy` read them as before.
 //
 // Why the sidecar writes its own: with collection on, Nomad starts a
-// logmon process (a copy of the whole nomad binary) for the task, and for
-// docker a docker_logger process too, before the task starts, and keeps
-// them for the instance's life. A wake waits for those spawns; on a busy
+// logmon process (a copy of the whole nomad binary) for the task before
+// the task starts, and keeps it for the instance's life. The compiled job
+// asks for it under raw_exec only: Nomad 2.0 mounts the logs directory
+// read-only into containers and exec chroots. A wake waits for those spawns; on a busy
 // two-core node the queue-proxy's alone moved the median first byte of a
 // raw_exec wake from 509 to 362 ms (docs/design-notes.md).
 //

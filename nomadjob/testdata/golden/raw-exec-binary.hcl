@@ -154,7 +154,6 @@ job "report-00012" {
         SERVERLESS_DRAIN_TIMEOUT          = "9s"
         SERVERLESS_IDLE_TIMEOUT           = "0s"
         SERVERLESS_INSTANCE               = "${NOMAD_ALLOC_ID}"
-        SERVERLESS_LOG_FILE               = "${NOMAD_ALLOC_DIR}/logs/queue-proxy.stderr"
         SERVERLESS_QUEUE_DEPTH            = "0"
         SERVERLESS_RESPONSE_START_TIMEOUT = "0s"
         SERVERLESS_REVISION               = "report-00012"
@@ -165,10 +164,6 @@ job "report-00012" {
       resources {
         cpu    = 100
         memory = 48
-      }
-
-      logs {
-        disabled = true
       }
 
       artifact {
