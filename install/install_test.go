@@ -445,10 +445,14 @@ func parsePolicy(t *testing.T, p Policy) []policyRule {
 	}
 	var rules []policyRule
 	for _, b := range body.Blocks {
-		if len(b.Labels) != 1 {
-			t.Fatalf("%s: block %s has labels %v, want one", p.File, b.Type, b.Labels)
+		// Nomad's node, agent, operator and quota blocks have no label.
+		if len(b.Labels) > 1 || len(b.Labels) == 0 && b.Type != "node" {
+			t.Fatalf("%s: block %s has labels %v", p.File, b.Type, b.Labels)
 		}
-		r := policyRule{Kind: b.Type, Label: b.Labels[0]}
+		r := policyRule{Kind: b.Type}
+		if len(b.Labels) == 1 {
+			r.Label = b.Labels[0]
+		}
 		for name, attr := range b.Body.Attributes {
 			v, diags := attr.Expr.Value(nil)
 			if diags.HasErrors() {
@@ -480,7 +484,10 @@ func TestPolicies(t *testing.T) {
 	}
 	want := [][]policyRule{
 		{{Kind: "namespace", Label: "*", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "scale-job"}}},
-		{{Kind: "namespace", Label: "apps", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "submit-job", "read-logs", "read-fs"}}},
+		{
+			{Kind: "namespace", Label: "apps", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "submit-job", "read-logs", "read-fs"}},
+			{Kind: "node", Policy: "read"},
+		},
 		{
 			{Kind: "service_prefix", Label: "", Policy: "write"},
 			{Kind: "node_prefix", Label: "", Policy: "read"},

@@ -62,6 +62,7 @@ service is invalid.
 		Out: e.stdout, Diag: e.stderr, TTY: isTerminal(e.stdout),
 		Detach: *detach, Wait: *wait, Poll: 500 * time.Millisecond,
 		Now: time.Now, Retain: consulroute.DefaultRetention(),
+		DockerEngines: nomad.DockerEngines,
 	})
 	if err != nil {
 		return errorLine(e, "deploy", err)
