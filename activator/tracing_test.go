@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -313,4 +314,28 @@ func TestTracingDeadCollector(t *testing.T) {
 	waitFor(t, "the spans that could not be exported are counted", func() bool {
 		return counter(t, reg, "nomad_serverless_trace_spans_dropped_total", nil) >= 40 // 20 gateway + 20 forward spans
 	})
+}
+
+// A sampled request's latency is an exemplar of the gateway's histogram,
+// with its trace id, in the OpenMetrics page a scraper asks for.
+func TestTracingExemplarOnMetrics(t *testing.T) {
+	p, _ := newTestTracing(t)
+	sc := newFakeSidecar(t, true, nil)
+	cat := oneRevision(0, 10*time.Second)
+	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	tg := startGateway(t, cat, nil, func(c *Config) { c.Tracing = p })
+	if code, _, _ := tg.get(t, "hello.default.localhost", "/", map[string]string{"traceparent": testParent}); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	req := httptest.NewRequest("GET", MetricsPath, nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	rec := httptest.NewRecorder()
+	tg.g.AdminHandler().ServeHTTP(rec, req)
+	want := `trace_id="4bf92f3577b34da6a3ce929d0e0e4736"`
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(line, "nomad_serverless_gateway_request_duration_seconds_bucket") && strings.Contains(line, want) {
+			return
+		}
+	}
+	t.Errorf("no exemplar %s on the request duration histogram:\n%s", want, rec.Body.String())
 }

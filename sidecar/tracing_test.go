@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -116,6 +117,43 @@ func TestTracingSidecarSpans(t *testing.T) {
 			t.Errorf("%s: the app got traceparent %q, want %q", tc.path, tpHeader, want)
 		}
 	}
+}
+
+// A sampled request's latency is an exemplar of the sidecar's histogram,
+// in the OpenMetrics page a scraper asks for.
+func TestTracingSidecarExemplar(t *testing.T) {
+	tp, err := tracing.New(context.Background(), tracing.Options{ServiceName: "sidecar", Exporter: tracetest.NewNoopExporter(),
+		Sampler: sdktrace.ParentBased(sdktrace.AlwaysSample())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(app.Close)
+	r := startSidecar(t, config(app.Listener.Addr().(*net.TCPAddr).Port), sidecar.Options{Tracing: tp})
+	r.waitReady(t)
+	req, _ := http.NewRequest("GET", r.url+"/", nil)
+	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	mreq, _ := http.NewRequest("GET", r.adminURL+"/metrics", nil)
+	mreq.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	mresp, err := http.DefaultClient.Do(mreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mresp.Body.Close()
+	page, _ := io.ReadAll(mresp.Body)
+	for _, line := range strings.Split(string(page), "\n") {
+		if strings.HasPrefix(line, "nomad_serverless_sidecar_request_duration_seconds_bucket") && strings.Contains(line, `trace_id="4bf92f3577b34da6a3ce929d0e0e4736"`) {
+			return
+		}
+	}
+	t.Errorf("no exemplar of the request's trace on the latency histogram:\n%s", page)
 }
 
 func keys[V any](m map[string]V) []string {
