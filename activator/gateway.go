@@ -58,6 +58,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // Autoscaler is what the activator needs from the autoscaler: somewhere to
@@ -137,6 +138,10 @@ type Config struct {
 	// from the start.
 	Loaded      <-chan struct{}
 	LoadingHold time.Duration
+
+	// Tracing, if set, traces every routed request and every wake
+	// (tracing.go); nil, tracing costs the data path nothing.
+	Tracing *tracing.Provider
 }
 
 // WakeRecorder keeps a wake's timeline (spec.WakeTimeline).
@@ -193,6 +198,7 @@ type Gateway struct {
 	buffers   *bufferPool
 	prober    *prober
 	wakes     *wakeTracker
+	tracing   *tracing.Provider // nil: off
 
 	table atomic.Pointer[table]
 
@@ -293,6 +299,7 @@ func New(cfg Config) (*Gateway, error) {
 		rebuildCh: make(chan struct{}, 1),
 		loaded:    make(chan struct{}),
 		active:    map[*revision]struct{}{},
+		tracing:   cfg.Tracing,
 	}
 	if cfg.Loaded == nil {
 		close(g.loaded)
@@ -305,6 +312,9 @@ func New(cfg Config) (*Gateway, error) {
 	g.prober = newProber(rt, cfg.ProbeInterval, cfg.ProbeWindow, log, m)
 	g.prober.guard = g.guard
 	g.wakes = newWakeTracker(cfg.Replica, cfg.QueueTimeout+wakeSettle, g.wakeDone)
+	if g.tracing != nil {
+		g.wakes.traced = g.traceWake
+	}
 	g.prober.onReady = func(rev string, k probeKey, at time.Time, it spec.InstanceTimes) {
 		g.requestRebuild()
 		g.wakes.probeReady(rev, k.Alloc, at, it)
@@ -742,7 +752,10 @@ func (g *Gateway) AdminHandler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	if g.gatherer != nil {
-		mux.Handle(MetricsPath, promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}))
+		mux.Handle(MetricsPath, promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+			// OpenMetrics carries the latency histograms' exemplars
+			// (trace ids) to a scraper that asks for it.
+			EnableOpenMetrics: true}))
 	}
 	return mux
 }
