@@ -1,10 +1,8 @@
 package autoscaler
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 )
@@ -34,29 +32,7 @@ func BenchmarkScaleTick(b *testing.B) {
 						cat.SetReady(r.Name, instances(r.Name, each))
 					}
 				}
-				clk := newClock()
-				_, l := benchLoop(b, cat, clk)
-				ctx := context.Background()
-				for range 30 {
-					clk.Advance(2 * time.Second)
-					l.tickAll(ctx)
-				}
-				l.applies.Wait()
-				other := testRevision("other-00001", 0, nil)
-				b.ReportAllocs()
-				cpu := cpuTime()
-				b.ResetTimer()
-				for b.Loop() {
-					if changing {
-						other.Desired = 1 - other.Desired
-						cat.SetRevision(other)
-					}
-					clk.Advance(2 * time.Second)
-					l.tickAll(ctx)
-				}
-				b.StopTimer()
-				l.applies.Wait()
-				reportTick(b, cpuTime()-cpu)
+				benchCatalogTicks(b, cat, changing)
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/revision")
 			})
 		}
