@@ -101,13 +101,6 @@ func (l *LogFile) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Path is the file being written.
-func (l *LogFile) Path() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.path(l.index)
-}
-
 func (l *LogFile) path(i int) string { return l.base + "." + strconv.Itoa(i) }
 
 func (l *LogFile) open() error {

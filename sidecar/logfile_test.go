@@ -71,8 +71,11 @@ func TestLogFileRotatesUnderNomadsNamesAndKeepsTheNewest(t *testing.T) {
 	if wantR := []string{"queue-proxy.stderr.0", "queue-proxy.stderr.1", "queue-proxy.stderr.2", "queue-proxy.stderr.3", "queue-proxy.stderr.4"}; !slices.Equal(r.names, wantR) {
 		t.Errorf("stderr redirected to %v, want each file in turn %v", r.names, wantR)
 	}
-	if p := l.Path(); p != base+".4" {
-		t.Errorf("Path() = %s", p)
+	if _, err := l.Write([]byte("g\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(base + ".4"); string(b) != "ffff\ng\n" {
+		t.Errorf("the next line went elsewhere than the newest file, .4: %q", b)
 	}
 }
 
@@ -105,8 +108,11 @@ func TestLogFileARestartedSidecarAppendsToTheNewest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := l.Path(); p != full+".1" {
-		t.Errorf("after a full .0 the sidecar writes %s, want .1", p)
+	if _, err := l.Write([]byte("next\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(full + ".1"); string(b) != "next\n" {
+		t.Errorf("after a full .0 the sidecar writes .1: it holds %q", b)
 	}
 }
 
