@@ -54,11 +54,13 @@ rules:
 e2e: build
 	$(GO) test -count=1 -v -timeout 30m ./e2e/ -args -require
 
-# Scenario 21 alone: one serve over 1,000 revisions at zero on real agents
-# (deploy throughput, serve's idle RSS, CPU and Consul connections, a cold
-# start among them).
+# Scenario 21 alone: 3 serve replicas over REVISIONS revisions at zero on
+# real agents (deploy throughput, the replicas' and agents' RSS, CPU and
+# connections at idle, rebuild and tick times, list, status, wakes, leader
+# failover, delete of all). Issue 45's run: make e2e-scale REVISIONS=10000.
+REVISIONS ?= 1000
 e2e-scale: build
-	$(GO) test -count=1 -v -timeout 30m ./e2e/ -run TestE2E21 -args -require -revisions 1000
+	$(GO) test -count=1 -v -timeout 150m ./e2e/ -run TestE2E21 -args -require -revisions $(REVISIONS) -replicas 3
 
 # The e2e scenarios against test/fakecluster (a stand-in for Nomad and
 # Consul that runs the allocations as real processes), for machines without

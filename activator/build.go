@@ -19,6 +19,8 @@ func (g *Gateway) rebuild() {
 	g.buildMu.Lock()
 	defer g.buildMu.Unlock()
 	g.metrics.rebuilds.Inc()
+	start := time.Now()
+	defer func() { g.metrics.rebuildTime.Observe(time.Since(start).Seconds()) }()
 
 	probed := g.prober.successes()
 	revs := g.cat.Revisions()

@@ -384,6 +384,15 @@ func newH1Transport() *http.Transport {
 	}
 }
 
+// rebuildGap is the least time between the end of a rebuild that took d
+// and a rebuild for the next catalog change: nine times d, so rebuilds
+// for catalog changes take at most a tenth of a core however big the
+// catalog (at 10,000 revisions a rebuild takes tens of milliseconds), and
+// at most 1 s.
+func rebuildGap(d time.Duration) time.Duration {
+	return min(9*d, time.Second)
+}
+
 // requestRebuild asks Run for a table rebuild without blocking.
 func (g *Gateway) requestRebuild() {
 	select {
@@ -427,6 +436,37 @@ func (g *Gateway) Run(ctx context.Context) error {
 	sweep := time.NewTicker(sweepInterval)
 	defer sweep.Stop()
 	lastIdleSweep := time.Now()
+	// A catalog change is rebuilt at once after a quiet spell, but no
+	// sooner than rebuildGap after the last rebuild: a rebuild reads the
+	// whole catalog, and a bulk deploy changes it several times per
+	// service (issue 45: at 300 services each replica rebuilt about 3
+	// times per service deployed).
+	var pace *time.Timer
+	var paced <-chan time.Time
+	var lastEnd time.Time
+	var lastTook time.Duration
+	timed := func() {
+		start := time.Now()
+		g.safeRebuild()
+		lastEnd = time.Now()
+		lastTook = lastEnd.Sub(start)
+	}
+	onChange := func() {
+		if paced != nil {
+			return // a rebuild is already due
+		}
+		if wait := time.Until(lastEnd.Add(rebuildGap(lastTook))); wait > 0 {
+			pace = time.NewTimer(wait)
+			paced = pace.C
+			return
+		}
+		timed()
+	}
+	defer func() {
+		if pace != nil {
+			pace.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -446,14 +486,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return nil
 		case <-changed:
 			changed = g.cat.Changed()
-			g.safeRebuild()
+			onChange()
+		case <-paced:
+			paced = nil
+			timed()
 		case <-g.rebuildCh:
-			g.safeRebuild()
+			// A probe succeeded: a wake waits for this one.
+			timed()
 		case <-loadedCh:
 			// Rebuilt before held requests are let go, so they route by
 			// the whole catalog.
 			loadedCh = nil
-			g.safeRebuild()
+			timed()
 			close(g.loaded)
 		case <-sweep.C:
 			g.sweepQueues()

@@ -3,6 +3,7 @@ package activator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -608,6 +609,61 @@ func TestRunSeesChangesMadeDuringARebuild(t *testing.T) {
 		<-done
 		if !routed {
 			t.Fatalf("gateway %d: a route published as Run started was not routed within 2s", i)
+		}
+	}
+}
+
+// A burst of catalog changes over a big catalog (a bulk deploy) costs the
+// gateway at most a fraction of a core in rebuilds: each change after the
+// first waits rebuildGap, and the last change still lands. Before, every
+// change rebuilt at once, back to back (issue 45: at 300 services each
+// replica rebuilt about 3 times per service deployed, each rebuild reading
+// the whole catalog).
+func TestCatalogChangesArePacedAndNoneIsLost(t *testing.T) {
+	cat := catalog.New()
+	const n = 3000
+	for i := range n {
+		svc := fmt.Sprintf("s%05d", i)
+		rev := svc + "-00001"
+		cat.SetRevision(catalog.Revision{Name: rev, Service: svc, Namespace: "default", Timeout: time.Minute, Scaling: spec.DefaultScaling()})
+		cat.SetService(catalog.Service{Name: svc, Namespace: "default",
+			Route: consulroute.Route{Service: svc, Namespace: "default", Splits: []consulroute.Split{{Revision: rev, Percent: 100}}}})
+	}
+	tg := startGateway(t, cat, nil, nil)
+	histSum := func() float64 {
+		mfs, err := tg.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "nomad_serverless_gateway_routing_table_rebuild_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleSum()
+			}
+		}
+		t.Fatal("no rebuild histogram")
+		return 0
+	}
+	before := histSum()
+	start := time.Now()
+	const changes = 300
+	var last string
+	for i := range changes {
+		last = fmt.Sprintf("s%05d", i)
+		cat.SetService(catalog.Service{Name: last, Namespace: "default", Domains: []string{last + ".example"},
+			Route: consulroute.Route{Service: last, Namespace: "default", Splits: []consulroute.Split{{Revision: last + "-00001", Percent: 100}}}})
+		time.Sleep(time.Millisecond)
+	}
+	waitFor(t, "the last change routed", func() bool { return tg.g.table.Load().hosts[last+".example"] != nil })
+	wall := time.Since(start)
+	if share := (histSum() - before) / wall.Seconds(); share > 0.35 {
+		t.Errorf("rebuilds took %.0f%% of the %s the burst of %d changes lasted; paced, they take about 10%%", share*100, wall.Round(time.Millisecond), changes)
+	}
+}
+
+func TestRebuildGap(t *testing.T) {
+	for d, want := range map[time.Duration]time.Duration{0: 0, time.Millisecond: 9 * time.Millisecond, 50 * time.Millisecond: 450 * time.Millisecond, time.Second: time.Second} {
+		if got := rebuildGap(d); got != want {
+			t.Errorf("rebuildGap(%s) = %s, want %s", d, got, want)
 		}
 	}
 }

@@ -35,6 +35,7 @@ type metrics struct {
 	redirects      prometheus.Counter
 	panics         prometheus.Counter
 	rebuilds       prometheus.Counter
+	rebuildTime    prometheus.Histogram
 	reports        *prometheus.CounterVec
 	wakeSteps      *prometheus.HistogramVec
 }
@@ -120,6 +121,13 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Namespace: gwNS, Name: "routing_table_rebuilds_total",
 			Help: "Routing tables built from the catalog.",
 		}),
+		// How a rebuild's cost grows with the revision count (issue 45):
+		// the scale run reads it.
+		rebuildTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: gwNS, Name: "routing_table_rebuild_seconds",
+			Help:    "Time to build one routing table from the catalog.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: actNS, Name: "demand_reports_total",
 			Help: "Demand reports sent to the autoscaler, by result (ok, error).",
@@ -134,7 +142,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.duration, m.retries, m.notRetried, m.ejections, m.rejected, m.queueWait, m.wakes,
-		m.probes, m.probeReady, m.unknownHost, m.loadingRefused, m.redirects, m.panics, m.rebuilds, m.reports, m.wakeSteps,
+		m.probes, m.probeReady, m.unknownHost, m.loadingRefused, m.redirects, m.panics, m.rebuilds, m.rebuildTime, m.reports, m.wakeSteps,
 		&stateCollector{g: g},
 	} {
 		if err := reg.Register(c); err != nil {

@@ -76,7 +76,15 @@ func (h *harness) timing(measure string, d time.Duration) {
 // cli runs the binary under test and returns its output and exit code.
 func (h *harness) cli(args ...string) (stdout, stderr string, code int) {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	return h.cliWithin(4*time.Minute, 0, args...)
+}
+
+// cliWithin is cli with a bound on the run, logging only the last
+// logLines lines of each output when logLines > 0 (a bulk deploy's or a
+// list's thousands of lines).
+func (h *harness) cliWithin(timeout time.Duration, logLines int, args ...string) (stdout, stderr string, code int) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, h.bin, args...)
 	cmd.Env = os.Environ()
@@ -91,7 +99,11 @@ func (h *harness) cli(args ...string) (stdout, stderr string, code int) {
 		h.t.Fatalf("run %s %s: %v", h.bin, strings.Join(args, " "), err)
 	}
 	code = cmd.ProcessState.ExitCode()
-	h.t.Logf("$ nomad-serverless %s  -> exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+	o, e := out.String(), errb.String()
+	if logLines > 0 {
+		o, e = tailLines(o, logLines)+"\n", tailLines(e, logLines)+"\n"
+	}
+	h.t.Logf("$ nomad-serverless %s  -> exit %d\n%s%s", strings.Join(args, " "), code, o, e)
 	return out.String(), errb.String(), code
 }
 

@@ -24,6 +24,10 @@ type ConfigOptions struct {
 	// HostVolumes are the Nomad client's host volumes, name to path on
 	// the node (the directory must exist when Nomad starts).
 	HostVolumes map[string]string
+	// CPUTotalCompute, when above 0, is the compute (MHz) the Nomad client
+	// declares instead of what it measures: the scale run's burst places
+	// 100 instances of 100 MHz on a 2-core node (raw_exec caps no CPU).
+	CPUTotalCompute int
 }
 
 func (o ConfigOptions) logLevel() string {
@@ -144,6 +148,9 @@ acl {
 			s += fmt.Sprintf("  host_volume %q {\n    path = %q\n  }\n", name, o.HostVolumes[name])
 		}
 		s += "}\n"
+	}
+	if o.CPUTotalCompute > 0 {
+		s += fmt.Sprintf("\nclient {\n  cpu_total_compute = %d\n}\n", o.CPUTotalCompute)
 	}
 	return s
 }
