@@ -76,7 +76,7 @@ func nextIndex(prev, got uint64) uint64 {
 // Every answer is every record: a record whose key and ModifyIndex are
 // those of the last answer is not decoded again, an answer whose keys and
 // indexes are all the last answer's is not passed on, and after an answer
-// the next query waits recordsGap. At 10,000 services one answer is about
+// the next query waits (recordsGap). At 10,000 services one answer is about
 // 15 MB, which each replica used to read and decode again for every
 // service deployed (issue 45).
 func (c *Client) WatchRecords(ctx context.Context, fn func([]Record)) error {
@@ -87,15 +87,18 @@ func (c *Client) WatchRecords(ctx context.Context, fn func([]Record)) error {
 	var lastIdx, latestIdx []recordIndex
 	cache := map[string]cachedRecord{}
 	first := true
+	var cost queryCost
 	c.watchPaced(ctx, "records", func(q *api.QueryOptions) (uint64, error) {
+		start := time.Now()
 		pairs, meta, err := c.api.KV().List(KVPrefix, q)
 		if err != nil {
 			return 0, c.wrap("list services under "+KVPrefix, err)
 		}
+		cost.add(time.Since(start))
 		latest, latestIdx = c.decodeRecords(ctx, pairs, cache)
 		return meta.LastIndex, nil
 	}, func() time.Duration {
-		gap := recordsGap(len(latest))
+		gap := min(max(recordsGap(len(latest)), 9*cost.estimate()), 2*time.Second)
 		if !first && slices.Equal(lastIdx, latestIdx) {
 			return gap
 		}
@@ -107,9 +110,10 @@ func (c *Client) WatchRecords(ctx context.Context, fn func([]Record)) error {
 	return nil
 }
 
-// recordsGap is how long the records watch waits after an answer of n
+// recordsGap is the least the records watch waits after an answer of n
 // records before its next query: 50 µs a record, at most 1 s (0.5 s at
-// 10,000; 15 ms at 300).
+// 10,000; 15 ms at 300). It waits nine times what the answer cost
+// instead when that is longer (queryCost), at most 2 s.
 func recordsGap(n int) time.Duration {
 	return min(time.Duration(n)*50*time.Microsecond, time.Second)
 }

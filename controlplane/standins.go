@@ -140,6 +140,7 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			sweep()
 			nextSweep = time.Now().Add(standInSweepEvery)
 		}
+		passStart := time.Now()
 		want := standInWanted(cat.Revisions(), ready)
 		revs := make([]string, 0, len(want))
 		for rev := range want {
@@ -165,6 +166,13 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			}
 			delete(registered, rev)
 		}
+		// A pass reads the whole catalog: during a burst of changes (a
+		// bulk deploy) the next one waits nine times what this one took,
+		// at most a second, so the keeper takes a tenth of a core at
+		// most (issue 45).
+		if !sleepCtx(ctx, standInGap(time.Since(passStart))) {
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -174,6 +182,12 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 		case <-time.After(10 * time.Second): // retry failed registrations; sweep
 		}
 	}
+}
+
+// standInGap is how long the stand-in keeper waits after a pass that took
+// d before it looks at the catalog again.
+func standInGap(d time.Duration) time.Duration {
+	return min(9*d, time.Second)
 }
 
 // standInFirst is the autoscaler's Scaler in serve: before it takes a

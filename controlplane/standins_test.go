@@ -253,3 +253,13 @@ func TestStandInFirstRegistersBeforeScalingToZero(t *testing.T) {
 		t.Errorf("the stand-in's tags %v, want the revision's", got)
 	}
 }
+
+// The keeper's passes read the whole catalog; during a burst of changes
+// the next waits nine times the last, at most a second (issue 45).
+func TestStandInGap(t *testing.T) {
+	for d, want := range map[time.Duration]time.Duration{0: 0, time.Millisecond: 9 * time.Millisecond, 200 * time.Millisecond: time.Second} {
+		if got := standInGap(d); got != want {
+			t.Errorf("standInGap(%s) = %s, want %s", d, got, want)
+		}
+	}
+}
