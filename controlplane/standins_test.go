@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"maps"
