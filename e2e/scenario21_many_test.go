@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
+	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
@@ -83,6 +85,10 @@ func TestE2E21ManyRevisions(t *testing.T) {
 	replicas := max(*manyReplicas, 1)
 	gs := map[string]*gateway{}
 	var names []string
+	conns := watchConns(t, consulPort, nomadPort)
+	defer func() {
+		fig.add("most connections per replica to Consul/Nomad, by phase (sampled every second)", conns.report(), "", "")
+	}()
 	for i := range replicas {
 		name := fmt.Sprintf("e2e-21%c", 'a'+i)
 		names = append(names, name)
@@ -91,6 +97,7 @@ func TestE2E21ManyRevisions(t *testing.T) {
 		} else {
 			gs[name] = h.startManyReplica(t, name)
 		}
+		conns.add(name, gs[name].proc.PID())
 	}
 	emptyConns := map[string][2]int{}
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
@@ -102,6 +109,7 @@ func TestE2E21ManyRevisions(t *testing.T) {
 		}
 	}
 
+	conns.phase("deploy")
 	// Deploy in batches of a tenth (at most 1,000), each one `deploy
 	// -detach` of files of 200 services (a file is bounded at 256 KiB).
 	batch := max(1, min(1000, n/10))
@@ -174,6 +182,7 @@ func TestE2E21ManyRevisions(t *testing.T) {
 		fig.add("routing table rebuilds, "+name+", whole deploy", fmt.Sprintf("%d, %s of CPU in all", int(all.Count), secs(all.Sum)), "", "")
 	}
 
+	conns.phase("idle")
 	// Idle: let start-up work settle, then sample for 30 s.
 	time.Sleep(10 * time.Second)
 	leader = lock.current()
@@ -251,11 +260,14 @@ func TestE2E21ManyRevisions(t *testing.T) {
 	next, led := lock.waitOther(t, leader, time.Minute)
 	failover := led.Sub(killed)
 	fig.add("kill -9 of the leader -> "+next+" leads", failover.Round(time.Millisecond).String(), "< 5 s", metOrMissed(failover < 5*time.Second))
+	conns.drop(leader)
 	delete(gs, leader)
 	names = slices.DeleteFunc(names, func(s string) bool { return s == leader })
 	start := time.Now()
 	fresh := fmt.Sprintf("e2e-21%c", 'a'+replicas)
+	conns.phase("failover and a new replica")
 	gs[fresh] = h.startManyReplica(t, fresh)
+	conns.add(fresh, gs[fresh].proc.PID())
 	up := time.Since(start)
 	h.waitKnowsAll(t, gs[fresh], fresh, n, 10*time.Minute)
 	fig.add("a new replica's start over "+strconv.Itoa(n)+" revisions: healthy, then routes all", fmt.Sprintf("%s, %s", up.Round(time.Millisecond), time.Since(start).Round(time.Millisecond)), "", "")
@@ -264,6 +276,7 @@ func TestE2E21ManyRevisions(t *testing.T) {
 		fig.add("serve "+fresh+" (new) RSS after its start", fmt.Sprintf("%d MiB", p.RSS>>20), "<= 250 MiB", metOrMissed(p.RSS <= 250<<20))
 	}
 
+	conns.phase("list, status, wakes")
 	// list and status.
 	start = time.Now()
 	if _, errOut, code := h.cliWithin(5*time.Minute, 3, "list"); code != 0 {
@@ -308,6 +321,7 @@ func TestE2E21ManyRevisions(t *testing.T) {
 			fmt.Sprintf("%d rebuilds, mean %s, p99 <= %s", int(d.Count), secs(d.Mean()), secs(d.Quantile(0.99))), "", "")
 	}
 
+	conns.phase("burst")
 	// A burst of wakes, each on its own revision, spread over the
 	// replicas.
 	burst := min(100, n-1)
@@ -347,11 +361,33 @@ func TestE2E21ManyRevisions(t *testing.T) {
 			fmt.Sprintf("%d/%d answered; median %s, p90 %s, max %s", len(fbs), burst, q(0.5), q(0.9), fbs[len(fbs)-1].Round(time.Millisecond)), "", "")
 	}
 
+	// The burst's instances back at zero first: on one host every
+	// process reaches Consul from 127.0.0.1, and Nomad holds a connection
+	// or more per instance, so the deletes beside them met Consul's limit
+	// per client address (429) at 300 revisions.
+	eventually(t, 5*time.Minute, "the burst's instances stopped", func() (bool, string) {
+		allocs, _, err := h.nomad.Allocations().List(&nomadapi.QueryOptions{Prefix: ""})
+		if err != nil {
+			return false, err.Error()
+		}
+		live := 0
+		for _, a := range allocs {
+			if strings.HasPrefix(a.JobID, prefix+"-") && (a.ClientStatus == nomadapi.AllocClientStatusRunning || a.ClientStatus == nomadapi.AllocClientStatusPending) {
+				live++
+			}
+		}
+		return live == 0, fmt.Sprintf("%d allocations running or pending", live)
+	})
+
 	// delete of every service, 8 at a time, then nothing left.
+	conns.phase("delete")
 	start = time.Now()
 	failed := h.deleteAll(prefix+"-", 8)
 	took = time.Since(start)
-	fig.add(fmt.Sprintf("delete of all %d, 8 at a time", n), fmt.Sprintf("%s (%.1f/s), %d failed", took.Round(time.Second), float64(n)/took.Seconds(), failed), "", "")
+	fig.add(fmt.Sprintf("delete of all %d, 8 at a time", n), fmt.Sprintf("%s (%.1f/s), %d failed (then deleted again one at a time)", took.Round(time.Second), float64(n)/took.Seconds(), failed), "", "")
+	if failed > 0 {
+		h.deleteAll(prefix+"-", 1)
+	}
 	var left string
 	gone := eventually(t, 3*time.Minute, "nothing of "+prefix+" left in Nomad or Consul", func() (bool, string) {
 		left = h.leftoversOf(prefix + "-")
@@ -468,6 +504,89 @@ func (h *harness) startManyReplica(t *testing.T, replica string) *gateway {
 		return false, "not passing in Consul yet"
 	})
 	return g
+}
+
+// connWatch samples, every second, each replica's connections to Consul
+// and to Nomad, and keeps the most seen in each phase of the run.
+type connWatch struct {
+	mu     sync.Mutex
+	pids   map[string]int
+	cur    string
+	phases []string
+	most   map[string]map[string][2]int // phase -> replica -> {Consul, Nomad}
+}
+
+func watchConns(t *testing.T, consulPort, nomadPort int) *connWatch {
+	w := &connWatch{pids: map[string]int{}, most: map[string]map[string][2]int{}}
+	w.phase("start")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			w.mu.Lock()
+			pids, phase := maps.Clone(w.pids), w.cur
+			w.mu.Unlock()
+			for name, pid := range pids {
+				c, err1 := ConnectionsTo(pid, consulPort)
+				nc, err2 := ConnectionsTo(pid, nomadPort)
+				if err1 != nil || err2 != nil {
+					continue // gone (killed): its last samples stay
+				}
+				w.mu.Lock()
+				m := w.most[phase][name]
+				w.most[phase][name] = [2]int{max(m[0], c), max(m[1], nc)}
+				w.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+func (w *connWatch) add(name string, pid int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pids[name] = pid
+}
+
+func (w *connWatch) drop(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.pids, name)
+}
+
+func (w *connWatch) phase(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cur = name
+	if w.most[name] == nil {
+		w.most[name] = map[string][2]int{}
+		w.phases = append(w.phases, name)
+	}
+}
+
+// report says, phase by phase, the most connections each replica held.
+func (w *connWatch) report() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var parts []string
+	for _, p := range w.phases {
+		var rs []string
+		for _, name := range slices.Sorted(maps.Keys(w.most[p])) {
+			m := w.most[p][name]
+			rs = append(rs, fmt.Sprintf("%s %d/%d", name, m[0], m[1]))
+		}
+		parts = append(parts, p+": "+strings.Join(rs, ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // current is the replica that holds the lock now ("" when none).
