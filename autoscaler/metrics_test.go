@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
@@ -23,6 +24,9 @@ func gather(t *testing.T, reg *prometheus.Registry) []string {
 	}
 	var out []string
 	for _, mf := range mfs {
+		if mf.GetType() == dto.MetricType_HISTOGRAM {
+			continue // the tick's time (TestTickTimeObserved)
+		}
 		for _, m := range mf.GetMetric() {
 			var labels []string
 			for _, lp := range m.GetLabel() {
@@ -100,5 +104,33 @@ func TestMetrics(t *testing.T) {
 	// A second autoscaler on the same registry is refused with a clear error.
 	if _, err := New(Config{Revisions: cat, Scaler: &recordingScaler{}, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "register metrics") {
 		t.Errorf("second registration: %v", err)
+	}
+}
+
+// Each periodic tick's time is observed (issue 45: the scale run reads
+// it on the leader).
+func TestTickTimeObserved(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, cat, _, _, _ := newTestAutoscaler(t, func(c *Config) { c.Registerer, c.Tick = reg, 5*time.Millisecond })
+	cat.SetRevision(testRevision("hello-00001", 0, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "nomad_serverless_autoscaler_tick_seconds" && mf.GetMetric()[0].GetHistogram().GetSampleCount() >= 2 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no two ticks observed in nomad_serverless_autoscaler_tick_seconds within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
