@@ -306,9 +306,17 @@ func (c *Client) StandInID(revision string) string {
 // instance pointing at this activator (addr:port), tagged activator:
 // Knative's SKS proxy mode for catalog-driven proxies (Traefik, Fabio, Consul
 // DNS) that do not read config entries. Call it while the revision has no
-// ready instance; everything of ours that counts instances skips it. Its
-// check is an alias of this replica's activator registration (register that
-// first), so it fails, and Consul reaps it, if this replica dies.
+// ready instance; everything of ours that counts instances skips it.
+//
+// It has no check, so it passes from its registration on. It used to have
+// an alias of this replica's activator registration (failing, and reaped
+// by Consul a minute later, if the replica died), but the agent evaluates
+// an alias check by copying every check it holds, and every alias check
+// of a replica again each time that replica's activator check runs: with
+// 1,000 revisions at zero and three replicas, 75 % of the agent's CPU, and
+// growing with the square of the revisions (issue 45). A dead replica's
+// stand-ins are removed by the leader (reapDeadReplicas in controlplane)
+// within seconds, or by the replica's own sweep when it comes back.
 //
 // tags are the revision's own service tags (its instances'), which the
 // stand-in carries too: such proxies are configured by the tags of each
@@ -345,22 +353,9 @@ func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, 
 			spec.ServiceMetaRevision: revision,
 			MetaReplica:              c.replica,
 		},
-		Check: &api.AgentServiceCheck{
-			Name: "activator reachable",
-			// An alias of this replica's activator registration (same
-			// agent): the stand-in is as healthy as the gateway it
-			// points at, and Consul probes nothing for it. A TCP check
-			// per stand-in would have the agent probe the gateway once
-			// per revision at zero every interval.
-			AliasService: c.activatorID(""),
-			// Passing from the start: the replica registering it is
-			// serving, and a check that starts critical (Consul's
-			// default) keeps the stand-in out of Fabio's and Traefik's
-			// tables until it is first evaluated; the route would be
-			// gone for that long after the last real instance left.
-			Status:                         api.HealthPassing,
-			DeregisterCriticalServiceAfter: "1m",
-		},
+		// No check (see above): a TCP or HTTP check would have the agent
+		// probe the gateway once per revision at zero every interval,
+		// and an alias check costs the agent all its checks per run.
 	}
 	if err := c.api.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)); err != nil {
 		return c.wrap(op, err)

@@ -40,8 +40,7 @@ func TestStandInCarriesTheRevisionsTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{spec.TagServerless, spec.TagServicePrefix + "whoami", spec.TagActivator, "traefik.enable=true"}
-	// Passing at once, before any probe: its alias check mirrors the
-	// activator registration, itself passing from its registration on.
+	// Passing at once, before any probe: it has no check.
 	if inst := c.Consul.Services("whoami-00001"); len(inst) != 1 || !slices.Equal(inst[0].Tags, want) || inst[0].Port != port {
 		t.Fatalf("stand-in %+v, want tags %v on port %d", inst, want, port)
 	}
