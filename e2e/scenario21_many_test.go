@@ -646,13 +646,13 @@ func (h *harness) waitKnowsAll(t *testing.T, g *gateway, name string, n int, tim
 // standInsByReplica counts the stand-ins the local agent holds, by the
 // replica that registered them.
 func (h *harness) standInsByReplica() (map[string]int, error) {
-	svcs, err := h.consul.Agent().ServicesWithFilter(`"` + spec.TagActivator + `" in Tags`)
+	svcs, err := h.consul.Agent().Services()
 	if err != nil {
 		return nil, fmt.Errorf("list the stand-ins on the local agent: %w", err)
 	}
 	out := map[string]int{}
 	for _, s := range svcs {
-		if s.Service != spec.ActivatorServiceName {
+		if s.Service != spec.ActivatorServiceName && slices.Contains(s.Tags, spec.TagActivator) {
 			out[s.Meta[consulroute.MetaReplica]]++
 		}
 	}
