@@ -34,6 +34,7 @@ var (
 	manyReplicas     = flag.Int("replicas", 3, "scenario 21: serve replicas")
 	manyDeleters     = flag.Int("deleters", 8, "scenario 21: deletes run at once")
 	manyDeleteWithin = flag.Duration("delete-within", 0, "scenario 21: start no delete after this long (0: delete all)")
+	manyFinishBy     = flag.String("finish-by", "", "scenario 21: an RFC 3339 time by which the run must end: deploying stops 25 min before it, deleting 4 min before it (with -deploy-within and -delete-within, the earlier bound counts)")
 	manyWithin       = flag.Duration("deploy-within", 0, "scenario 21: stop deploying after the batch that ends past this long, and measure at the size reached (0: deploy all)")
 )
 
@@ -120,10 +121,18 @@ func TestE2E21ManyRevisions(t *testing.T) {
 	var deployTotal time.Duration
 	var lastRebuild map[string]Histogram
 	deployStart := time.Now()
+	var finishBy time.Time
+	if *manyFinishBy != "" {
+		var err error
+		if finishBy, err = time.Parse(time.RFC3339, *manyFinishBy); err != nil {
+			t.Fatalf("-finish-by %q: %v", *manyFinishBy, err)
+		}
+		t.Logf("finish by %s: deploying until %s", finishBy, finishBy.Add(-25*time.Minute))
+	}
 	for from := 0; from < n; from += batch {
-		if *manyWithin > 0 && time.Since(deployStart) > *manyWithin {
-			t.Logf("deploy: stopped at %d of %d revisions after %s (-deploy-within %s)", from, n, time.Since(deployStart).Round(time.Second), *manyWithin)
-			fig.add("DEPLOY CUT SHORT (-deploy-within)", fmt.Sprintf("%d of %d revisions deployed in %s; every figure below is at %d", from, n, time.Since(deployStart).Round(time.Second), from), "all deployed", "MISSED")
+		if (*manyWithin > 0 && time.Since(deployStart) > *manyWithin) || (!finishBy.IsZero() && time.Until(finishBy) < 25*time.Minute) {
+			t.Logf("deploy: stopped at %d of %d revisions after %s (-deploy-within %s, -finish-by %q)", from, n, time.Since(deployStart).Round(time.Second), *manyWithin, *manyFinishBy)
+			fig.add("DEPLOY CUT SHORT (-deploy-within or -finish-by)", fmt.Sprintf("%d of %d revisions deployed in %s; every figure below is at %d", from, n, time.Since(deployStart).Round(time.Second), from), "all deployed", "MISSED")
 			n, services = from, services[:from]
 			fig.n = n
 			break
@@ -389,7 +398,14 @@ func TestE2E21ManyRevisions(t *testing.T) {
 	// delete of every service, -deleters at a time, then nothing left.
 	conns.phase("delete")
 	start = time.Now()
-	del := h.deleteAll(prefix+"-", *manyDeleters, *manyDeleteWithin)
+	deleteWithin := *manyDeleteWithin
+	if !finishBy.IsZero() {
+		left := max(time.Until(finishBy)-4*time.Minute, time.Minute)
+		if deleteWithin == 0 || left < deleteWithin {
+			deleteWithin = left
+		}
+	}
+	del := h.deleteAll(prefix+"-", *manyDeleters, deleteWithin)
 	took = time.Since(start)
 	q := func(p float64) time.Duration {
 		if len(del.each) == 0 {
@@ -400,7 +416,7 @@ func TestE2E21ManyRevisions(t *testing.T) {
 	fig.add(fmt.Sprintf("delete, %d at a time", *manyDeleters), fmt.Sprintf("%d deleted in %s (%.1f/s), %d failed, %d not started; one delete: median %s, p90 %s, max %s",
 		del.deleted, took.Round(time.Second), float64(del.deleted)/took.Seconds(), del.failed, del.left, q(0.5), q(0.9), q(1)), "", "")
 	if del.left > 0 {
-		fig.add("DELETE CUT SHORT (-delete-within)", fmt.Sprintf("%d services not deleted; nothing-left not checked", del.left), "nothing left", "MISSED")
+		fig.add("DELETE CUT SHORT (-delete-within or -finish-by)", fmt.Sprintf("%d services not deleted; nothing-left not checked", del.left), "nothing left", "MISSED")
 	} else {
 		if del.failed > 0 {
 			h.deleteAll(prefix+"-", 1, 0)
