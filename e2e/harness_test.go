@@ -309,15 +309,23 @@ func (g *gateway) autoscalerView(service string) (map[string]autoscalerRevision,
 
 // adminJSON GETs an admin path and decodes its 200 answer.
 func (g *gateway) adminJSON(path string, v any) error {
-	status, body, err := getBody(NewClient(1), g.adminURL()+path)
+	// Whole, however long: at 10,000 revisions the gateway's view is
+	// megabytes (getBody stops at 1 MiB).
+	resp, err := NewClient(1).Get(g.adminURL() + path)
 	if err != nil {
 		return err
 	}
-	if status != http.StatusOK {
-		return fmt.Errorf("GET %s: status %d: %s", path, status, strings.TrimSpace(body))
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("GET %s: read: %w", path, err)
 	}
-	if err := json.Unmarshal([]byte(body), v); err != nil {
-		return fmt.Errorf("GET %s: %w: %s", path, err, body)
+	body := string(b)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d: %s", path, resp.StatusCode, strings.TrimSpace(tailLines(body, 5)))
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("GET %s: %w: %.300s", path, err, body)
 	}
 	return nil
 }

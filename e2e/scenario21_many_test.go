@@ -34,7 +34,8 @@ var (
 	manyReplicas     = flag.Int("replicas", 3, "scenario 21: serve replicas")
 	manyDeleters     = flag.Int("deleters", 8, "scenario 21: deletes run at once")
 	manyDeleteWithin = flag.Duration("delete-within", 0, "scenario 21: start no delete after this long (0: delete all)")
-	manyFinishBy     = flag.String("finish-by", "", "scenario 21: an RFC 3339 time by which the run must end: deploying stops 25 min before it, deleting 4 min before it (with -deploy-within and -delete-within, the earlier bound counts)")
+	manyFinishBy     = flag.String("finish-by", "", "scenario 21: an RFC 3339 time by which the run must end: deploying stops -reserve before it, deleting 4 min before it (with -deploy-within and -delete-within, the earlier bound counts)")
+	manyReserve      = flag.Duration("reserve", 25*time.Minute, "scenario 21: with -finish-by, the time kept for what follows the deploy")
 	manyWithin       = flag.Duration("deploy-within", 0, "scenario 21: stop deploying after the batch that ends past this long, and measure at the size reached (0: deploy all)")
 )
 
@@ -127,10 +128,10 @@ func TestE2E21ManyRevisions(t *testing.T) {
 		if finishBy, err = time.Parse(time.RFC3339, *manyFinishBy); err != nil {
 			t.Fatalf("-finish-by %q: %v", *manyFinishBy, err)
 		}
-		t.Logf("finish by %s: deploying until %s", finishBy, finishBy.Add(-25*time.Minute))
+		t.Logf("finish by %s: deploying until %s", finishBy, finishBy.Add(-*manyReserve))
 	}
 	for from := 0; from < n; from += batch {
-		if (*manyWithin > 0 && time.Since(deployStart) > *manyWithin) || (!finishBy.IsZero() && time.Until(finishBy) < 25*time.Minute) {
+		if (*manyWithin > 0 && time.Since(deployStart) > *manyWithin) || (!finishBy.IsZero() && time.Until(finishBy) < *manyReserve) {
 			t.Logf("deploy: stopped at %d of %d revisions after %s (-deploy-within %s, -finish-by %q)", from, n, time.Since(deployStart).Round(time.Second), *manyWithin, *manyFinishBy)
 			fig.add("DEPLOY CUT SHORT (-deploy-within or -finish-by)", fmt.Sprintf("%d of %d revisions deployed in %s; every figure below is at %d", from, n, time.Since(deployStart).Round(time.Second), from), "all deployed", "MISSED")
 			n, services = from, services[:from]
