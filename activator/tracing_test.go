@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -143,6 +144,53 @@ func TestTracingGatewaySpans(t *testing.T) {
 	mu.Unlock()
 	if !strings.HasPrefix(last, "00-4bf92f3577b34da6a3ce929d0e0e4737-") || !strings.HasSuffix(last, "-00") {
 		t.Errorf("sidecar got traceparent %q for a request not sampled", last)
+	}
+}
+
+// A root request (no trace context) the sampler drops gets no span, and
+// its decision reaches the sidecar as a traceparent with sampled=0 and a
+// new trace on both forwarding paths: written into the request head by
+// the fast path, through the header map by ReverseProxy.
+func TestTracingRootNotSampledCarriesDecision(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	p, err := tracing.New(context.Background(), tracing.Options{ServiceName: "test", Exporter: exp,
+		Sampler: sdktrace.ParentBased(sdktrace.NeverSample())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	got := make(chan []string, 4)
+	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Values("traceparent")
+		w.Write([]byte("ok"))
+	})
+	cat := oneRevision(0, 10*time.Second)
+	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	tg := startGateway(t, cat, nil, func(c *Config) { c.Tracing = p })
+	seen := map[string]bool{}
+	for _, path := range []string{"/fast", "/body"} {
+		var code int
+		if path == "/body" {
+			resp, _ := tg.send(t, http.MethodPost, "hello.default.localhost", path, strings.NewReader("x"), nil)
+			code = resp.StatusCode
+		} else {
+			code, _, _ = tg.get(t, "hello.default.localhost", path, nil)
+		}
+		if code != 200 {
+			t.Fatalf("%s: status %d", path, code)
+		}
+		tps := <-got
+		if len(tps) != 1 {
+			t.Fatalf("%s: the sidecar got traceparent %q, want one", path, tps)
+		}
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier{"Traceparent": tps}))
+		if !sc.IsValid() || sc.IsSampled() || seen[sc.TraceID().String()] {
+			t.Errorf("%s: the sidecar got traceparent %q: want a new trace, not sampled", path, tps[0])
+		}
+		seen[sc.TraceID().String()] = true
+	}
+	if spans := flushed(t, p, exp); len(spans) != 0 {
+		t.Errorf("requests not sampled exported %d spans", len(spans))
 	}
 }
 
