@@ -151,6 +151,24 @@ func (w *wake) join(ctx context.Context) {
 	}
 }
 
+// wakeCause returns ctx with the hold span of the traced request that
+// caused the revision's open wake, if one did: the wake's scale call is
+// a span under it. The request joined the wake (join) before it asked
+// for the wake.
+func (r *revision) wakeCause(ctx context.Context) context.Context {
+	w := r.openWake.Load()
+	if w == nil {
+		return ctx
+	}
+	w.t.mu.Lock()
+	cause := w.cause
+	w.t.mu.Unlock()
+	if !cause.IsSampled() {
+		return ctx
+	}
+	return trace.ContextWithSpanContext(ctx, cause)
+}
+
 // traceWake writes a finished wake's timeline into the trace of the
 // request that caused it: a span from the hold to the last step, and one
 // child per step from the step before it, with whose time it was.

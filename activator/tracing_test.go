@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/tracing"
@@ -280,6 +281,32 @@ func TestTracingWakeTimelineSpans(t *testing.T) {
 	}
 	if !linked {
 		t.Error("the second held request does not link to the wake's cause")
+	}
+}
+
+// A traced request held at zero asks for the wake with its hold span in
+// the wake's context: the scale call the autoscaler makes for it is a
+// span under the hold (autoscaler/tracing.go).
+func TestTracingWakeCarriesTheCause(t *testing.T) {
+	p, exp := newTestTracing(t)
+	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	cat := oneRevision(0, 10*time.Second)
+	as := &fakeAutoscaler{}
+	as.onWake = func(autoscaler.Demand) {
+		cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	}
+	tg := startGateway(t, cat, as, func(c *Config) { c.Tracing = p })
+	if code, _, _ := tg.get(t, "hello.default.localhost", "/", map[string]string{"traceparent": testParent}); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	hold, ok := spanNamed(flushed(t, p, exp), spanHold)
+	if !ok {
+		t.Fatal("no hold span")
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if len(as.wakeTraces) == 0 || as.wakeTraces[0].SpanID() != hold.SpanContext.SpanID() || !as.wakeTraces[0].IsSampled() {
+		t.Fatalf("wakes came with %v, want the hold span %v", as.wakeTraces, hold.SpanContext)
 	}
 }
 
