@@ -31,12 +31,15 @@ import (
 // and testapp export over OTLP/HTTP to Jaeger v1.75.0. A request with a
 // traceparent wakes a revision from zero, and Jaeger returns its trace:
 // the gateway, the hold with the wake's timeline steps (each saying whose
-// time it was), the forward, the sidecar, its queue, the call to the app
-// and testapp's own span, each the child of the one before, the gateway's
-// span as long as the client's request within 10 ms. A gRPC call is a
-// trace of its own; a request with sampled=0 exports nothing; and with
-// Jaeger stopped requests keep flowing, as fast, while the dropped spans
-// are counted.
+// time it was) and the Nomad scale call the wake made, the forward, the
+// sidecar, its queue, the call to the app and testapp's own span, each
+// the child of the one before, the gateway's span as long as the client's
+// request within 10 ms. A request with sampled=0 exports nothing; a
+// traced request's id is the exemplar of the gateway's latency histogram
+// (what the dashboard follows to Jaeger); requests with B3 headers, single
+// and multiple, join the trace they name. A gRPC call is a trace of its
+// own; and with Jaeger stopped requests keep flowing, as fast, while the
+// dropped spans are counted.
 func TestE2E31Traces(t *testing.T) {
 	jaegerBin, err := exec.LookPath("jaeger")
 	if err != nil {
