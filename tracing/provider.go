@@ -174,8 +174,8 @@ func (p *Provider) StartServer(r *http.Request, name string, attrs ...attribute.
 func (p *Provider) StartRequest(r *http.Request, name string) (_ *http.Request, _ trace.Span, tp Traceparent) {
 	h := r.Header
 	ctx := r.Context()
-	if tp := h["Traceparent"]; len(tp) > 0 {
-		if p.parentBased && len(tp) == 1 && notSampled(tp[0]) {
+	if in := h["Traceparent"]; len(in) > 0 {
+		if p.parentBased && len(in) == 1 && notSampled(in[0]) {
 			return r, nil, Traceparent{}
 		}
 		ctx = p.Extract(ctx, h)

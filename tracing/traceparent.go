@@ -25,9 +25,6 @@ type Traceparent struct {
 // IsSet reports whether there is a traceparent to carry on.
 func (t Traceparent) IsSet() bool { return t.traceID.IsValid() }
 
-// TraceID is the trace the decision was made for.
-func (t Traceparent) TraceID() trace.TraceID { return t.traceID }
-
 // Append appends the header's value (TraceparentLen bytes) to dst.
 func (t Traceparent) Append(dst []byte) []byte {
 	return appendTraceparent(dst, t.traceID, t.spanID, false)
