@@ -675,6 +675,11 @@ func (g *Gateway) maybeWake(r *revision) {
 		defer g.guard("wake")
 		ctx, cancel := context.WithTimeout(*ctxp, 5*time.Second)
 		defer cancel()
+		if g.tracing != nil {
+			// The scale call this wake leads to goes into the trace of
+			// the request that caused it (autoscaler/tracing.go).
+			ctx = r.wakeCause(ctx)
+		}
 		if err := g.as.Wake(ctx, g.replica, r.demand()); err != nil {
 			g.log.Warn("ask the autoscaler to wake a revision", "revision", r.name, "err", err)
 		}

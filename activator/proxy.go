@@ -125,9 +125,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 	m := rev.metrics()
 	var f *forward
 	status := 0
-	var sp trace.Span // the request's server span; nil: tracing off
+	var sp trace.Span          // the request's server span; nil: tracing off
+	var tp tracing.Traceparent // a root's not-sampled decision, for the instance
 	if g.tracing != nil {
-		r, sp = g.startRequestSpan(r, rev, rt)
+		r, sp, tp = g.startRequestSpan(r, rev, rt)
 	}
 	defer func() {
 		if f != nil {
@@ -219,9 +220,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		defer endForward(f.spans.forward, f)
 	}
 	if fast {
-		g.forwardH1(w, r, f, deadline)
+		g.forwardH1(w, r, f, deadline, tp)
 		return
 	}
+	tp.SetHeader(r.Header)
 
 	// Bodies, upgrades, HTTP/2: httputil.ReverseProxy streams both ways.
 	if r.Body != nil && r.Body != http.NoBody {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
@@ -129,8 +130,12 @@ func Run(ctx context.Context, c Config) error {
 	// Scaling to zero registers this replica's stand-in first (make before
 	// break for catalog-driven proxies).
 	scaler := standInFirst{scaler: nomad, src: consul, cat: cat, tags: tags, addr: advertise, port: gwPort, log: log}
+	var tracer trace.Tracer // nil: tracing off
+	if c.Tracing != nil {
+		tracer = c.Tracing.Tracer()
+	}
 	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: scaler, Resources: nomadjob.NewUsageReader(nomad),
-		Tick: c.Tick, Logger: log, Registerer: reg})
+		Tick: c.Tick, Logger: log, Registerer: reg, Tracer: tracer})
 	if err != nil {
 		return err
 	}
@@ -141,7 +146,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	// Every replica wakes a revision at zero itself (and tells the leader):
 	// a wake never waits for leadership to move.
-	waker, err := autoscaler.NewWaker(autoscaler.WakerConfig{Revisions: cat, Raiser: nomad, Next: sink, Local: auto, Logger: log})
+	waker, err := autoscaler.NewWaker(autoscaler.WakerConfig{Revisions: cat, Raiser: nomad, Next: sink, Local: auto, Logger: log, Tracer: tracer})
 	if err != nil {
 		return err
 	}
