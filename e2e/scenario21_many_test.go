@@ -660,17 +660,28 @@ func (h *harness) waitKnowsAll(t *testing.T, g *gateway, name string, n int, tim
 	})
 }
 
-// standInsByReplica counts the stand-ins the local agent holds, by the
-// replica that registered them.
+// standInsByReplica counts the stand-ins in the catalog, by the replica
+// that registered them: every stand-in node's services (16 nodes per
+// replica, one query each).
 func (h *harness) standInsByReplica() (map[string]int, error) {
-	svcs, err := h.consul.Agent().Services()
+	q := &consul.QueryOptions{NodeMeta: map[string]string{consulroute.NodeMetaStandIns: "true"}}
+	nodes, _, err := h.consul.Catalog().Nodes(q)
 	if err != nil {
-		return nil, fmt.Errorf("list the stand-ins on the local agent: %w", err)
+		return nil, fmt.Errorf("list the stand-in nodes: %w", err)
 	}
 	out := map[string]int{}
-	for _, s := range svcs {
-		if s.Service != spec.ActivatorServiceName && slices.Contains(s.Tags, spec.TagActivator) {
-			out[s.Meta[consulroute.MetaReplica]]++
+	for _, n := range nodes {
+		list, _, err := h.consul.Catalog().NodeServiceList(n.Node, nil)
+		if err != nil {
+			return nil, fmt.Errorf("list the stand-ins on node %s: %w", n.Node, err)
+		}
+		if list == nil {
+			continue
+		}
+		for _, s := range list.Services {
+			if slices.Contains(s.Tags, spec.TagActivator) {
+				out[s.Meta[consulroute.MetaReplica]]++
+			}
 		}
 	}
 	return out, nil
