@@ -104,11 +104,12 @@ const standInSweepEvery = time.Minute
 // gone. Call it once Nomad's first listing is in the catalog (before that
 // an empty catalog would say every stand-in is unwanted) and this
 // replica's activator is registered. At once, and every standInSweepEvery,
-// it removes stand-ins on its agent left by replicas that no longer
-// exist, adopts its own from an earlier run and registers again those the
-// agent lost; a value on sweepNow sweeps at once (serve sends one when it
-// had to register its activator again: whatever lost that lost the
-// stand-ins too). On the way out it removes every stand-in it registered.
+// it removes the stand-in nodes of replicas that no longer exist, adopts
+// its own stand-ins from an earlier run, registers again those the catalog
+// lost, and removes what an earlier version left on the local agent; a
+// value on sweepNow sweeps at once (serve sends one when it had to
+// register its activator again: other replicas' sweeps may have removed
+// its stand-ins meanwhile). On the way out it removes its stand-in nodes.
 func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, tags *revisionTags, addr string, port int, sweepNow <-chan struct{}, log *slog.Logger) {
 	registered := map[string]bool{}
 	self := src.Replica()
