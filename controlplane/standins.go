@@ -92,8 +92,9 @@ func lostStandIns(own []string, registered map[string]bool) []string {
 	return lost
 }
 
-// standInSweepEvery is how often the keeper looks for orphaned stand-ins on
-// its agent (one agent listing and one health query).
+// standInSweepEvery is how often the keeper looks for orphaned and lost
+// stand-ins: a listing of the stand-in nodes, one health query, a listing
+// of each of its own 16 nodes, and one of the local agent's services.
 const standInSweepEvery = time.Minute
 
 // keepStandIns registers this replica as a stand-in instance of every
