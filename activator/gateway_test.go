@@ -478,9 +478,26 @@ func TestAdminHealthAndMetrics(t *testing.T) {
 	go func() { done <- g.Run(ctx) }()
 	waitFor(t, "healthy", func() bool { return get(admin, "/healthz", "").Code == 200 })
 	rec := get(admin, "/metrics", "")
-	for _, name := range []string{"nomad_serverless_activator_queued", "nomad_serverless_gateway_routable_instances", "nomad_serverless_gateway_routing_table_rebuilds_total"} {
-		if !strings.Contains(rec.Body.String(), name) {
-			t.Errorf("/metrics lacks %s", name)
+	if !strings.Contains(rec.Body.String(), "nomad_serverless_gateway_routing_table_rebuilds_total") {
+		t.Errorf("/metrics lacks nomad_serverless_gateway_routing_table_rebuilds_total")
+	}
+	// A revision at rest at zero has no per-revision gauges (issue 45:
+	// 40,000 series per replica at 10,000 revisions); one with a request
+	// waiting has all four.
+	perRevision := []string{"nomad_serverless_activator_queued{", "nomad_serverless_activator_in_flight{",
+		"nomad_serverless_activator_in_path{", "nomad_serverless_gateway_routable_instances{"}
+	for _, name := range perRevision {
+		if strings.Contains(rec.Body.String(), name) {
+			t.Errorf("/metrics has %s for a revision at rest", name)
+		}
+	}
+	r := g.table.Load().revisions["hello-00001"]
+	r.queued.Add(1)
+	rec = get(admin, "/metrics", "")
+	r.queued.Add(-1)
+	for _, name := range perRevision {
+		if !strings.Contains(rec.Body.String(), name+`revision="hello-00001"`) {
+			t.Errorf("/metrics lacks %s for a revision with a request waiting", name)
 		}
 	}
 	// The user listener does not serve the admin routes.
