@@ -815,7 +815,14 @@ func (h *harness) deleteAll(prefix string, workers int, within time.Duration) de
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				began := time.Now()
-				out, err := exec.CommandContext(ctx, h.bin, "delete", svcs[i]).CombinedOutput()
+				cmd := exec.CommandContext(ctx, h.bin, "delete", svcs[i])
+				// The harness's environment: a scenario on a cluster
+				// of its own points NOMAD_ADDR and CONSUL_HTTP_ADDR there.
+				cmd.Env = os.Environ()
+				for k, v := range h.env {
+					cmd.Env = append(cmd.Env, k+"="+v)
+				}
+				out, err := cmd.CombinedOutput()
 				took := time.Since(began)
 				cancel()
 				if err != nil {
