@@ -124,8 +124,11 @@ func TestE2E32Soak(t *testing.T) {
 	s := &soak{h: h, t: t, plan: plan, cl: cl, node: node, consulPort: consulPort, out: out,
 		gws: map[string]*gateway{}, lives: map[string]int{}}
 
-	// The services: wakers first (0 .. wakers-1 would take the deploys:
-	// keep those steady), so steady are 0 .. n-wakers-1.
+	// The table is printed whatever happens, with the figures so far.
+	defer s.writeTable()
+
+	// The services: the wakers last, since the first ones take the
+	// deploys (0-4) and the split changes (5), and stay up.
 	n, wakers := max(*soakServices, soakDeployTarget+1), min(*soakWakers, *soakServices-soakDeployTarget-1)
 	var svcs []Service
 	for i := range n {
@@ -192,7 +195,6 @@ func TestE2E32Soak(t *testing.T) {
 
 	s.report()
 	s.cleanUp()
-	s.writeTable()
 }
 
 // soak is the run's state; the goroutines share it under mu.
@@ -942,28 +944,42 @@ func (s *soak) cleanUp() {
 	start := time.Now()
 	del := h.deleteAll("soak-", 4, 0)
 	s.row("delete of every service", fmt.Sprintf("%d deleted, %d failed, in %s", del.deleted, del.failed, time.Since(start).Round(time.Second)), metOrMissed(del.failed == 0))
-	var left string
-	gone := testbin.Eventually(t, 3*time.Minute, time.Second, "nothing of the soak's services left in Nomad or Consul", func() (bool, string) {
-		left = h.leftoversOf("soak-")
-		return left == "", left
-	})
-	s.row("after the deletes: nothing left in Nomad or Consul", fmt.Sprintf("nothing left %s after the last delete", gone.Round(time.Millisecond)), metOrMissed(left == ""))
+	gone, left := pollUntil(3*time.Minute, func() string { return h.leftoversOf("soak-") })
+	if left != "" {
+		t.Errorf("soak: 3 min after the deletes, left in Nomad or Consul: %s", left)
+		s.row("after the deletes: nothing left in Nomad or Consul", "left 3 min after the deletes: "+left, "MISSED")
+	} else {
+		s.row("after the deletes: nothing left in Nomad or Consul", fmt.Sprintf("nothing left %s after the last delete", gone.Round(time.Millisecond)), "met")
+	}
 	s.mu.Lock()
 	live := slices.Clone(s.live)
 	s.mu.Unlock()
 	for _, name := range live {
 		s.gws[name].stop(t)
 	}
-	testbin.Eventually(t, time.Minute, time.Second, "no registration, session or lock of a replica left in Consul", func() (bool, string) {
-		left = s.replicaLeftovers()
-		return left == "", left
-	})
-	s.row("after stopping the replicas: nothing of them left in Consul", cmpOr(left, "nothing left"), metOrMissed(left == ""))
+	gone, left = pollUntil(time.Minute, s.replicaLeftovers)
+	if left != "" {
+		t.Errorf("soak: a minute after the replicas stopped, left in Consul: %s", left)
+	}
+	s.row("after stopping the replicas: nothing of them left in Consul", cmpOr(left, fmt.Sprintf("nothing left %s after they stopped", gone.Round(time.Millisecond))), metOrMissed(left == ""))
 	if jobs, _, err := h.nomad.Jobs().List(nil); err == nil {
 		s.row("Nomad jobs at the end", strconv.Itoa(len(jobs)), metOrMissed(len(jobs) == 0))
 		if len(jobs) > 0 {
 			t.Errorf("soak: %d Nomad jobs left (%s ...)", len(jobs), jobs[0].ID)
 		}
+	}
+}
+
+// pollUntil calls what every second until it says nothing ("") or timeout
+// passes, and returns how long it took and its last word.
+func pollUntil(timeout time.Duration, what func() string) (time.Duration, string) {
+	start := time.Now()
+	for {
+		left := what()
+		if left == "" || time.Since(start) > timeout {
+			return time.Since(start), left
+		}
+		time.Sleep(time.Second)
 	}
 }
 
