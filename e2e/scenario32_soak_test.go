@@ -45,6 +45,9 @@ func soakFirstAddr() [4]byte { return [4]byte{127, 0, 32, 2} }
 const (
 	soakReplicas     = 4 // a: the survivor; b, c: killed and restarted; d: killed for good
 	soakSampleEvery  = 10 * time.Second
+	// soakSlow is a successful request slow enough to put down to a
+	// cause, as failures are: far above a wake's (under a second here).
+	soakSlow = 2 * time.Second
 	soakDeployTarget = 5 // services 0-4 take the deploys; 5 the split changes
 )
 
@@ -216,11 +219,13 @@ type soak struct {
 	gws   map[string]*gateway
 	live  []string
 	lives map[string]int // replica -> its current life (1, 2, ...)
+	procs []lifeProc     // every replica process, for its log
 	// series are per replica life: measure -> life name -> samples.
 	series map[string]map[string]*Series
 	// totals are cluster-wide samples (sessions, registrations).
 	totals    map[string]*Series
 	requests  []SoakRequest // failures only, plus counts below
+	slow      []SoakRequest // successes slower than soakSlow
 	count     map[bool]int  // by wake
 	failed    map[bool]int
 	lat       map[bool]*Latencies
@@ -230,6 +235,11 @@ type soak struct {
 	splitsN   int
 	rows      [][]string // the table: measure, value, verdict
 	notes     []string
+}
+
+type lifeProc struct {
+	life string
+	proc *testbin.Proc
 }
 
 type soakService struct {
@@ -313,6 +323,7 @@ func (s *soak) startReplica(name string, lead bool) {
 	s.gws[name] = g
 	s.lives[name]++
 	s.live = append(s.live, name)
+	s.procs = append(s.procs, lifeProc{fmt.Sprintf("%s#%d", name, s.lives[name]), g.proc})
 }
 
 // startSoakReplica is startManyReplica on given ports ("" picks free ones).
@@ -416,7 +427,11 @@ func (s *soak) record(r SoakRequest) {
 		s.requests = append(s.requests, r)
 		return
 	}
-	s.lat[r.Wake].Add(r.Start, r.End.Sub(r.Start).Seconds())
+	took := r.End.Sub(r.Start)
+	s.lat[r.Wake].Add(r.Start, took.Seconds())
+	if took > soakSlow {
+		s.slow = append(s.slow, r)
+	}
 }
 
 func (s *soak) fault(f Fault) {
@@ -684,6 +699,7 @@ func (s *soak) sample(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		sessions, _, serr := s.h.consul.Session().List(nil)
+		leader := s.lock.current()
 		for _, tg := range ts {
 			pid := tg.g.proc.PID()
 			p, err := SampleProc(pid)
@@ -720,7 +736,7 @@ func (s *soak) sample(ctx context.Context) {
 					ser = &Series{Name: tg.life}
 					s.series[m][tg.life] = ser
 				}
-				ser.Add(now, v)
+				ser.Add(now, v, tg.name == leader)
 			}
 			s.mu.Unlock()
 		}
@@ -746,7 +762,7 @@ func (s *soak) addTotal(name string, at time.Time, v float64) {
 		ser = &Series{Name: name}
 		s.totals[name] = ser
 	}
-	ser.Add(at, v)
+	ser.Add(at, v, false)
 }
 
 func (s *soak) row(what, value, verdict string) {
@@ -791,6 +807,24 @@ func (s *soak) report() {
 			verdict = "excused"
 		}
 		s.row("failed "+c, fmt.Sprintf("%d: %s", len(byCause[c]), byCause[c].Summary()), verdict)
+	}
+	s.mu.Lock()
+	slow := slices.Clone(s.slow)
+	s.mu.Unlock()
+	slowBy := map[string][]SoakRequest{}
+	for _, r := range slow {
+		c := Classify(r, faults)
+		slowBy[c] = append(slowBy[c], r)
+	}
+	for _, c := range []string{CauseReplicaKill, CauseNomadRestart, CauseConsulRestart, CauseBadDeploy, CauseOther} {
+		if len(slowBy[c]) == 0 {
+			continue
+		}
+		var longest time.Duration
+		for _, r := range slowBy[c] {
+			longest = max(longest, r.End.Sub(r.Start))
+		}
+		s.row("successful but slower than "+soakSlow.String()+", "+c, fmt.Sprintf("%d (steady %d, waking %d), the longest %s", len(slowBy[c]), countSteady(slowBy[c]), len(slowBy[c])-countSteady(slowBy[c]), longest.Round(time.Millisecond)), "")
 	}
 	for _, r := range reqs {
 		if c := Classify(r, faults); !Excused(c) {
@@ -841,7 +875,7 @@ func (s *soak) report() {
 				t.Errorf("soak: %s of %s is not flat: %+.3g per hour (%s)", m.name, life, f.Slope, why)
 			}
 			s.row(fmt.Sprintf("%s, %s: slope per hour", m.name, life),
-				fmt.Sprintf("%+.3g ± %.2g (SE), mean %.4g, resid SD %.2g, %d samples over %s after %s warm-up; %s", f.Slope, f.SE, f.Mean, f.ResidSD, f.N, (time.Duration(f.Span*float64(time.Hour))).Round(time.Second), warm.Round(time.Second), why), verdict)
+				fmt.Sprintf("%+.3g ± %.2g (SE), mean %.4g%s, resid SD %.2g (lag-1 r %.2f), %d samples over %s after %s warm-up; %s", f.Slope, f.SE, f.Mean, stepNote(f), f.ResidSD, f.R1, f.N, (time.Duration(f.Span*float64(time.Hour))).Round(time.Second), warm.Round(time.Second), why), verdict)
 			for i := range ser.At {
 				sampleRows = append(sampleRows, fmt.Sprintf("%s,%s,%.1f,%g", m.name, life, ser.At[i].Sub(s.start).Seconds(), ser.V[i]))
 			}
@@ -865,6 +899,16 @@ func (s *soak) report() {
 	s.plot(faults)
 }
 
+func countSteady(rs []SoakRequest) int {
+	n := 0
+	for _, r := range rs {
+		if !r.Wake {
+			n++
+		}
+	}
+	return n
+}
+
 func countWake(svcs []soakService) int {
 	n := 0
 	for _, sv := range svcs {
@@ -883,6 +927,15 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 			}
 		}
 	}
+}
+
+// stepNote says how much more the replica had while it led, when the fit
+// could tell.
+func stepNote(f Fit) string {
+	if !f.HasStep {
+		return ""
+	}
+	return fmt.Sprintf(", %+.3g while leading", f.Step)
 }
 
 // plot draws RSS and goroutines per replica life and the p99 of each
@@ -943,7 +996,13 @@ func (s *soak) cleanUp() {
 	t, h := s.t, s.h
 	start := time.Now()
 	del := h.deleteAll("soak-", 4, 0)
-	s.row("delete of every service", fmt.Sprintf("%d deleted, %d failed, in %s", del.deleted, del.failed, time.Since(start).Round(time.Second)), metOrMissed(del.failed == 0))
+	q := func(p float64) time.Duration {
+		if len(del.each) == 0 {
+			return 0
+		}
+		return del.each[min(len(del.each)-1, int(p*float64(len(del.each))))].Round(time.Millisecond)
+	}
+	s.row("delete of every service, 4 at a time", fmt.Sprintf("%d deleted, %d failed, in %s; one delete: median %s, p90 %s, max %s", del.deleted, del.failed, time.Since(start).Round(time.Second), q(0.5), q(0.9), q(1)), metOrMissed(del.failed == 0))
 	gone, left := pollUntil(3*time.Minute, func() string { return h.leftoversOf("soak-") })
 	if left != "" {
 		t.Errorf("soak: 3 min after the deletes, left in Nomad or Consul: %s", left)
@@ -1028,7 +1087,12 @@ func (s *soak) writeTable() {
 	for _, n := range s.notes {
 		b.WriteString("\nnote: " + n + "\n")
 	}
-	fmt.Fprintf(&b, "\nplot: %s\nsamples: %s\n", filepath.Join(s.out, "soak.png"), filepath.Join(s.out, "soak-samples.csv"))
+	for _, p := range s.procs {
+		if err := os.WriteFile(filepath.Join(s.out, "serve-"+strings.ReplaceAll(p.life, "#", "-")+".log"), []byte(p.proc.Output()), 0o644); err != nil {
+			s.t.Errorf("soak: write the log of %s: %v", p.life, err)
+		}
+	}
+	fmt.Fprintf(&b, "\nplot: %s\nsamples: %s\nthe replicas' logs: %s\n", filepath.Join(s.out, "soak.png"), filepath.Join(s.out, "soak-samples.csv"), filepath.Join(s.out, "serve-*.log"))
 	fmt.Fprint(os.Stdout, b.String())
 	if err := os.WriteFile(filepath.Join(s.out, "soak-table.md"), []byte(b.String()), 0o644); err != nil {
 		s.t.Errorf("soak: write the table: %v", err)

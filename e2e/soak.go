@@ -23,78 +23,199 @@ import (
 // does not excuse, and does any replica grow. This file holds the answers'
 // arithmetic, which needs no agents and has unit tests of its own.
 
-// Fit is a least-squares line y = Intercept + Slope*x over N points.
+// Fit is a least-squares trend y = Intercept + Slope*x (+ Step while a
+// replica leads) over N points.
 type Fit struct {
 	N                int
 	Slope, Intercept float64
-	// SE is the slope's standard error; ResidSD the residuals' standard
-	// deviation (the samples' noise around the line).
-	SE, ResidSD float64
+	// Step is how much higher y is while the replica leads (the
+	// autoscaler's scrapers and its Consul watches are goroutines, open
+	// connections and memory of the leader alone); HasStep says whether
+	// the fit had both roles to tell apart.
+	Step    float64
+	HasStep bool
+	// SE is the slope's standard error, widened for the residuals'
+	// autocorrelation (R1, their lag-1 correlation); ResidSD the
+	// residuals' standard deviation (the samples' noise around the fit).
+	SE, ResidSD, R1 float64
 	// Mean is the mean of y; Span the range of x.
 	Mean, Span float64
 }
 
 // LinearFit fits a line to the points; fewer than 3 points, or all at one
 // x, fit nothing (N set, the rest zero).
-func LinearFit(xs, ys []float64) Fit {
+func LinearFit(xs, ys []float64) Fit { return FitTrend(xs, ys, nil) }
+
+// FitTrend fits y = a + b*x + c*lead by least squares, lead being a 0/1
+// column (nil, or one value throughout, or fewer than 2 samples in either
+// role: no step). The slope's standard error is widened by
+// sqrt((1+r1)/(1-r1)), r1 the lag-1 autocorrelation of the residuals when
+// positive: ten-second samples of a Go process are not independent (a GC
+// cycle, the scavenger and a burst of requests each last several
+// samples), and the plain standard error would call a wobble a trend.
+func FitTrend(xs, ys []float64, lead []bool) Fit {
 	f := Fit{N: min(len(xs), len(ys))}
 	if f.N < 3 {
 		return f
 	}
+	xs, ys = xs[:f.N], ys[:f.N]
 	n := float64(f.N)
-	var mx, my float64
-	for i := range f.N {
-		mx += xs[i]
-		my += ys[i]
+	f.Span = slices.Max(xs) - slices.Min(xs)
+	for _, y := range ys {
+		f.Mean += y / n
 	}
-	mx, my = mx/n, my/n
-	var sxx, sxy float64
-	for i := range f.N {
-		sxx += (xs[i] - mx) * (xs[i] - mx)
-		sxy += (xs[i] - mx) * (ys[i] - my)
-	}
-	f.Mean, f.Span = my, slices.Max(xs[:f.N])-slices.Min(xs[:f.N])
-	if sxx == 0 {
+	if f.Span == 0 {
 		return f
 	}
-	f.Slope = sxy / sxx
-	f.Intercept = my - f.Slope*mx
+	leaders := 0
+	if len(lead) >= f.N {
+		for _, l := range lead[:f.N] {
+			if l {
+				leaders++
+			}
+		}
+	}
+	f.HasStep = leaders >= 2 && f.N-leaders >= 2
+	k := 2
+	if f.HasStep {
+		k = 3
+	}
+	if f.N <= k {
+		return Fit{N: f.N, Mean: f.Mean, Span: f.Span}
+	}
+	row := func(i int) []float64 {
+		r := []float64{1, xs[i]}
+		if f.HasStep {
+			l := 0.0
+			if lead[i] {
+				l = 1
+			}
+			r = append(r, l)
+		}
+		return r
+	}
+	// Normal equations X'X b = X'y, with X'X inverted for the standard
+	// error.
+	xtx := make([][]float64, k)
+	xty := make([]float64, k)
+	for j := range k {
+		xtx[j] = make([]float64, k)
+	}
+	for i := range f.N {
+		r := row(i)
+		for a := range k {
+			xty[a] += r[a] * ys[i]
+			for b := range k {
+				xtx[a][b] += r[a] * r[b]
+			}
+		}
+	}
+	inv, ok := invert(xtx)
+	if !ok {
+		return Fit{N: f.N, Mean: f.Mean, Span: f.Span}
+	}
+	beta := make([]float64, k)
+	for a := range k {
+		for b := range k {
+			beta[a] += inv[a][b] * xty[b]
+		}
+	}
+	f.Intercept, f.Slope = beta[0], beta[1]
+	if f.HasStep {
+		f.Step = beta[2]
+	}
+	resid := make([]float64, f.N)
 	var ss float64
 	for i := range f.N {
-		r := ys[i] - (f.Intercept + f.Slope*xs[i])
-		ss += r * r
+		r := row(i)
+		fit := 0.0
+		for a := range k {
+			fit += r[a] * beta[a]
+		}
+		resid[i] = ys[i] - fit
+		ss += resid[i] * resid[i]
 	}
-	f.ResidSD = math.Sqrt(ss / (n - 2))
-	f.SE = f.ResidSD / math.Sqrt(sxx)
+	sigma2 := ss / float64(f.N-k)
+	f.ResidSD = math.Sqrt(sigma2)
+	f.SE = math.Sqrt(max(sigma2*inv[1][1], 0))
+	if ss > 0 {
+		var lag float64
+		for i := 1; i < f.N; i++ {
+			lag += resid[i] * resid[i-1]
+		}
+		f.R1 = lag / ss
+		if r1 := min(f.R1, 0.95); r1 > 0 {
+			f.SE *= math.Sqrt((1 + r1) / (1 - r1))
+		}
+	}
 	return f
 }
 
-// Flat says whether the slope (per unit of x) is zero within noise, and
-// why not. A slope is flat when either bound holds:
-//   - statistically: |slope| <= 3 standard errors;
-//   - practically: what the slope adds over one unit of x (the soak's
-//     x is hours) is within the samples' own noise (2 residual standard
-//     deviations), or below floor, the smallest change that matters for
-//     the measure (a goroutine, an open file, a MiB of RSS).
-//
-// The second bound is there because ten-second samples of a Go process
-// are autocorrelated (GC cycles, the scavenger), which makes the standard
-// error too small: a slope of 0.3 MiB an hour on an RSS that swings by
-// 2 MiB between samples is "significant" and meaningless.
+// invert inverts a small matrix by Gauss-Jordan elimination; false when
+// it is singular.
+func invert(m [][]float64) ([][]float64, bool) {
+	k := len(m)
+	a := make([][]float64, k)
+	for i := range k {
+		a[i] = make([]float64, 2*k)
+		copy(a[i], m[i])
+		a[i][k+i] = 1
+	}
+	for c := range k {
+		p := c
+		for r := c + 1; r < k; r++ {
+			if math.Abs(a[r][c]) > math.Abs(a[p][c]) {
+				p = r
+			}
+		}
+		if math.Abs(a[p][c]) < 1e-12 {
+			return nil, false
+		}
+		a[c], a[p] = a[p], a[c]
+		d := a[c][c]
+		for j := range 2 * k {
+			a[c][j] /= d
+		}
+		for r := range k {
+			if r == c || a[r][c] == 0 {
+				continue
+			}
+			f := a[r][c]
+			for j := range 2 * k {
+				a[r][j] -= f * a[c][j]
+			}
+		}
+	}
+	out := make([][]float64, k)
+	for i := range k {
+		out[i] = a[i][k:]
+	}
+	return out, true
+}
+
+// Flat says whether the slope (per unit of x: the soak's x is hours) is
+// zero within noise, and why (not). A slope is flat when any bound holds:
+//   - statistically: |slope| <= 3 standard errors (widened for
+//     autocorrelation, see FitTrend);
+//   - against the noise: what the slope adds over the whole series
+//     (slope * span) is within 2 residual standard deviations, so the
+//     drift is smaller than the samples' own wobble;
+//   - practically: |slope| is below floor, the smallest change per hour
+//     that matters for the measure (a MiB of RSS, a few goroutines).
 func (f Fit) Flat(floor float64) (bool, string) {
-	if f.N < 3 || f.Span == 0 {
-		return true, "too few samples to fit"
+	if f.N < 3 || f.Span == 0 || (f.SE == 0 && f.ResidSD == 0 && f.Slope == 0) {
+		return true, "nothing to fit"
 	}
 	abs := math.Abs(f.Slope)
 	switch {
 	case abs <= 3*f.SE:
 		return true, fmt.Sprintf("within 3 SE (%.3g)", 3*f.SE)
-	case abs <= 2*f.ResidSD:
-		return true, fmt.Sprintf("within 2 residual SD (%.3g)", 2*f.ResidSD)
+	case abs*f.Span <= 2*f.ResidSD:
+		return true, fmt.Sprintf("its drift over the series (%.3g) within 2 residual SD (%.3g)", abs*f.Span, 2*f.ResidSD)
 	case abs <= floor:
 		return true, fmt.Sprintf("below the floor %.3g", floor)
 	}
-	return false, fmt.Sprintf("NOT FLAT: %.3g/h > 3 SE (%.3g), 2 residual SD (%.3g) and the floor %.3g", f.Slope, 3*f.SE, 2*f.ResidSD, floor)
+	return false, fmt.Sprintf("NOT FLAT: |%.3g| > 3 SE (%.3g), its drift %.3g > 2 residual SD (%.3g), and above the floor %.3g", f.Slope, 3*f.SE, abs*f.Span, 2*f.ResidSD, floor)
 }
 
 // Fault is one fault of the soak: when it was in effect and what it hit.
@@ -162,19 +283,23 @@ type Series struct {
 	Name string
 	At   []time.Time
 	V    []float64
+	// Lead is whether the replica led the autoscaler at each sample.
+	Lead []bool
 }
 
 // Add appends a sample.
-func (s *Series) Add(at time.Time, v float64) {
+func (s *Series) Add(at time.Time, v float64, lead bool) {
 	s.At = append(s.At, at)
 	s.V = append(s.V, v)
+	s.Lead = append(s.Lead, lead)
 }
 
 // FitPerHour fits the series after its first warm (start-up: the heap and
 // the routing table grow to their size), with x in hours from the first
-// sample kept.
+// sample kept and a step while the replica led (FitTrend).
 func (s *Series) FitPerHour(warm time.Duration) Fit {
 	var xs, ys []float64
+	var lead []bool
 	if len(s.At) == 0 {
 		return Fit{}
 	}
@@ -185,8 +310,9 @@ func (s *Series) FitPerHour(warm time.Duration) Fit {
 		}
 		xs = append(xs, at.Sub(from).Hours())
 		ys = append(ys, s.V[i])
+		lead = append(lead, i < len(s.Lead) && s.Lead[i])
 	}
-	return LinearFit(xs, ys)
+	return FitTrend(xs, ys, lead)
 }
 
 // Latencies keeps the latencies of the successful requests in buckets of

@@ -60,6 +60,66 @@ func TestUnitLinearFit(t *testing.T) {
 	}
 }
 
+// A replica that leads for a while has more of everything then: a step,
+// not a trend. Without the step a flat series that led in its second half
+// looks like a leak; with it the slope is nothing.
+func TestUnitFitTrendLeaderStep(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var xs, ys []float64
+	var lead []bool
+	for i := range 360 {
+		x := float64(i) / 360
+		l := i >= 180
+		y := 100 + r.NormFloat64()*2
+		if l {
+			y += 100
+		}
+		xs, ys, lead = append(xs, x), append(ys, y), append(lead, l)
+	}
+	if f := LinearFit(xs, ys); func() bool { ok, _ := f.Flat(5); return ok }() {
+		t.Errorf("without the step the leadership looks flat: %+v", f)
+	}
+	f := FitTrend(xs, ys, lead)
+	if !f.HasStep || math.Abs(f.Step-100) > 1 {
+		t.Errorf("step %g (has %v), want 100", f.Step, f.HasStep)
+	}
+	if ok, why := f.Flat(5); !ok {
+		t.Errorf("with the step the series is flat: %+v: %s", f, why)
+	}
+	// One sample in a role is no step to fit.
+	lead = make([]bool, len(xs))
+	lead[7] = true
+	if f := FitTrend(xs, ys, lead); f.HasStep {
+		t.Errorf("a step from one sample: %+v", f)
+	}
+}
+
+// Slow wobble (an AR(1) process of 0.9, as a GC cycle or a burst lasts
+// several samples) is autocorrelated: the widened standard error keeps it
+// from passing for a trend, while a real trend well above it stands out.
+func TestUnitFitTrendAutocorrelation(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var xs, ys []float64
+	w := 0.0
+	for i := range 360 {
+		w = 0.9*w + r.NormFloat64()
+		xs, ys = append(xs, float64(i)/360), append(ys, 50+w)
+	}
+	f := FitTrend(xs, ys, nil)
+	if f.R1 < 0.5 {
+		t.Errorf("lag-1 correlation of an AR(1) of 0.9: %g", f.R1)
+	}
+	if ok, why := f.Flat(0); !ok {
+		t.Errorf("wobble called a trend: %+v: %s", f, why)
+	}
+	for i := range ys {
+		ys[i] += 30 * xs[i]
+	}
+	if ok, why := FitTrend(xs, ys, nil).Flat(1); ok {
+		t.Errorf("a trend of 30/h over the wobble called flat: %s", why)
+	}
+}
+
 func TestUnitClassify(t *testing.T) {
 	t0 := time.Date(2026, 12, 7, 23, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -102,9 +162,9 @@ func TestUnitSoakSeriesAndLatencies(t *testing.T) {
 		if i < 12 {
 			v = float64(50 + 4*i) // the warm-up climbs
 		}
-		s.Add(t0.Add(time.Duration(i)*10*time.Second), v)
+		s.Add(t0.Add(time.Duration(i)*10*time.Second), v, false)
 	}
-	if f := s.FitPerHour(2 * time.Minute); f.Slope != 0 || f.N != 48 {
+	if f := s.FitPerHour(2 * time.Minute); math.Abs(f.Slope) > 1e-6 || f.N != 48 {
 		t.Errorf("after the warm-up the series is flat: %+v", f)
 	}
 	if f := s.FitPerHour(0); f.Slope <= 0 {
