@@ -43,11 +43,11 @@ func soakFirstAddr() [4]byte { return [4]byte{127, 0, 32, 2} }
 
 // The soak's shape; soakPlan says when each thing happens.
 const (
-	soakReplicas     = 4 // a: the survivor; b, c: killed and restarted; d: killed for good
-	soakSampleEvery  = 10 * time.Second
+	soakReplicas    = 4 // a: the survivor; b, c: killed and restarted; d: killed for good
+	soakSampleEvery = 10 * time.Second
 	// soakSlow is a successful request slow enough to put down to a
 	// cause, as failures are: far above a wake's (under a second here).
-	soakSlow = 2 * time.Second
+	soakSlow         = 2 * time.Second
 	soakDeployTarget = 5 // services 0-4 take the deploys; 5 the split changes
 )
 
