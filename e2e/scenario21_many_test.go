@@ -830,6 +830,10 @@ func (h *harness) deleteAll(prefix string, workers int, within time.Duration) de
 					h.t.Logf("delete %s: %v\n%s", svcs[i], err, out)
 					continue
 				}
+				if took > 25*time.Second {
+					// Slow: say what it waited for.
+					h.t.Logf("delete %s took %s:\n%s", svcs[i], took.Round(time.Millisecond), tailLines(string(out), 6))
+				}
 				deleted.Add(1)
 				mu.Lock()
 				each = append(each, took)

@@ -666,6 +666,7 @@ var soakMeasures = []struct {
 	floor float64
 }{
 	{"RSS (MiB)", 2},
+	{"Go heap in use (MiB)", 1},
 	{"goroutines", 5},
 	{"open files", 2},
 	{"Consul connections", 1},
@@ -715,6 +716,11 @@ func (s *soak) sample(ctx context.Context) {
 			}
 			if merr == nil && strings.Contains(text, "go_goroutines ") {
 				vals["goroutines"] = MetricSum(text, "go_goroutines", "")
+			}
+			// What of the RSS is live heap: a slope in RSS with none
+			// here is the runtime keeping freed memory, not a leak.
+			if merr == nil && strings.Contains(text, "go_memstats_heap_inuse_bytes ") {
+				vals["Go heap in use (MiB)"] = MetricSum(text, "go_memstats_heap_inuse_bytes", "") / (1 << 20)
 			}
 			if cerr == nil {
 				vals["Consul connections"] = float64(conns)
