@@ -155,6 +155,9 @@ func TestE2E32Soak(t *testing.T) {
 	s.startReplica("e2e-32b", true)
 	for _, r := range []string{"e2e-32a", "e2e-32c", "e2e-32d"} {
 		s.startReplica(r, false)
+		if t.Failed() {
+			t.FailNow()
+		}
 	}
 	s.lock = h.watchLock(t)
 
@@ -187,17 +190,21 @@ func TestE2E32Soak(t *testing.T) {
 	}
 	bg.Go(func() { s.deploys(ctx, svcs[:soakDeployTarget]) })
 	bg.Go(func() { s.splits(ctx, split.Name) })
+	// Whatever ends the run (a step that fails the test included), the
+	// figures so far are counted and fitted, and everything is deleted
+	// and checked.
+	defer func() {
+		cancel()
+		bg.Wait()
+		s.end = time.Now()
+		t.Logf("soak: traffic and faults ended after %s", s.end.Sub(s.start).Round(time.Second))
+		s.report()
+		s.cleanUp()
+	}()
 	s.faults(ctx)
 	if rest := time.Until(s.start.Add(plan.d)); rest > 0 {
 		time.Sleep(rest)
 	}
-	cancel()
-	bg.Wait()
-	s.end = time.Now()
-	t.Logf("soak: traffic and faults ended after %s", s.end.Sub(s.start).Round(time.Second))
-
-	s.report()
-	s.cleanUp()
 }
 
 // soak is the run's state; the goroutines share it under mu.
@@ -316,7 +323,16 @@ func (s *soak) startReplica(name string, lead bool) {
 	if lead {
 		g = s.h.startServe(name, listen, admin)
 	} else {
-		g = s.h.startSoakReplica(s.t, name, listen, admin)
+		var err error
+		if g, err = s.h.startSoakReplica(s.t, name, listen, admin); err != nil {
+			// A restart that does not come up is a finding, not the end
+			// of the run: the others go on.
+			s.t.Errorf("soak: %v", err)
+			s.mu.Lock()
+			s.notes = append(s.notes, err.Error())
+			s.mu.Unlock()
+			return
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -326,8 +342,9 @@ func (s *soak) startReplica(name string, lead bool) {
 	s.procs = append(s.procs, lifeProc{fmt.Sprintf("%s#%d", name, s.lives[name]), g.proc})
 }
 
-// startSoakReplica is startManyReplica on given ports ("" picks free ones).
-func (h *harness) startSoakReplica(t *testing.T, replica, listen, admin string) *gateway {
+// startSoakReplica is startManyReplica on given ports ("" picks free
+// ones), failing with an error (its output's tail) instead of the test.
+func (h *harness) startSoakReplica(t *testing.T, replica, listen, admin string) (*gateway, error) {
 	t.Helper()
 	if listen == "" {
 		listen = "127.0.0.1:" + strconv.Itoa(testbin.FreePort(t))
@@ -338,28 +355,32 @@ func (h *harness) startSoakReplica(t *testing.T, replica, listen, admin string) 
 	p := testbin.Start(t, h.bin, []string{"serve", "-listen", listen, "-admin-listen", admin, "-domain", "localhost", "-replica", replica}, h.env)
 	g := &gateway{proc: p, listen: listen, admin: admin}
 	_, port, _ := strings.Cut(listen, ":")
-	eventually(t, 2*time.Minute, "serve "+replica+" is up and registered", func() (bool, string) {
+	took, last := pollUntil(2*time.Minute, func() string {
 		select {
 		case <-g.proc.Done():
-			t.Fatalf("serve %s exited:\n%s", replica, tailLines(g.proc.Output(), 30))
+			return "exited"
 		default:
 		}
 		status, _, err := getBody(NewClient(1), g.adminURL()+"/healthz")
 		if err != nil || status != http.StatusOK {
-			return false, fmt.Sprintf("healthz %d %v", status, err)
+			return fmt.Sprintf("healthz %d %v", status, err)
 		}
 		entries, _, err := h.consul.Health().Service(spec.ActivatorServiceName, "", true, nil)
 		if err != nil {
-			return false, err.Error()
+			return err.Error()
 		}
 		for _, e := range entries {
 			if e.Service.Meta[consulroute.MetaReplica] == replica && strconv.Itoa(e.Service.Port) == port {
-				return true, ""
+				return ""
 			}
 		}
-		return false, "not passing in Consul yet"
+		return "not passing in Consul yet"
 	})
-	return g
+	if last != "" {
+		g.proc.Stop(t)
+		return nil, fmt.Errorf("serve %s is not up and registered after %s (%s); its output:\n%s", replica, took.Round(time.Second), last, tailLines(g.proc.Output(), 30))
+	}
+	return g, nil
 }
 
 // pick is the next live replica in turn (round robin by the counter i).
@@ -576,15 +597,22 @@ func (s *soak) faults(ctx context.Context) {
 // is started again 10 s later unless for good.
 func (s *soak) killReplica(forGood bool) {
 	victim := "e2e-32d"
+	s.mu.Lock()
 	if !forGood {
 		victim = s.lock.current()
-		if victim == "" || victim == "e2e-32a" || victim == "e2e-32d" {
-			s.mu.Lock()
+		if victim == "" || victim == "e2e-32a" || victim == "e2e-32d" || !slices.Contains(s.live, victim) {
 			victim = []string{"e2e-32b", "e2e-32c"}[len(s.faultLog)%2]
-			s.mu.Unlock()
+		}
+		if !slices.Contains(s.live, victim) {
+			// A restart that did not come up: the other one.
+			victim = map[string]string{"e2e-32b": "e2e-32c", "e2e-32c": "e2e-32b"}[victim]
 		}
 	}
-	s.mu.Lock()
+	if !slices.Contains(s.live, victim) {
+		s.notes = append(s.notes, fmt.Sprintf("kill at +%s skipped: %s does not run", time.Since(s.start).Round(time.Second), victim))
+		s.mu.Unlock()
+		return
+	}
 	g := s.gws[victim]
 	s.live = slices.DeleteFunc(s.live, func(n string) bool { return n == victim })
 	s.mu.Unlock()
