@@ -67,7 +67,7 @@ func (g *Gateway) rebuild() {
 		}
 		allocs := g.cat.Allocations(cr.Name)
 		for _, a := range allocs {
-			known[probeKey{hostPort(a.Address, a.Port), a.ID}] = true
+			known[probeKey{HostPort: hostPort(a.Address, a.Port), Alloc: a.ID}] = true
 		}
 		ready := g.cat.Ready(cr.Name)
 		eps := r.tracker.update(allocs, ready, probed)
@@ -80,7 +80,7 @@ func (g *Gateway) rebuild() {
 		}
 		for _, e := range eps {
 			if e.NeedsProbe {
-				want[probeKey{e.HostPort, e.Alloc}] = cr.Name
+				want[probeKey{e.HostPort, e.Alloc, e.Gen}] = cr.Name
 			}
 		}
 		t.revisions[cr.Name] = r

@@ -826,13 +826,24 @@ func (h *harness) deleteAll(prefix string, workers int, within time.Duration) de
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				began := time.Now()
-				out, err := exec.CommandContext(ctx, h.bin, "delete", svcs[i]).CombinedOutput()
+				cmd := exec.CommandContext(ctx, h.bin, "delete", svcs[i])
+				// The harness's environment: a scenario on a cluster
+				// of its own points NOMAD_ADDR and CONSUL_HTTP_ADDR there.
+				cmd.Env = os.Environ()
+				for k, v := range h.env {
+					cmd.Env = append(cmd.Env, k+"="+v)
+				}
+				out, err := cmd.CombinedOutput()
 				took := time.Since(began)
 				cancel()
 				if err != nil {
 					failed.Add(1)
 					h.t.Logf("delete %s: %v\n%s", svcs[i], err, out)
 					continue
+				}
+				if took > 25*time.Second {
+					// Slow: say what it waited for.
+					h.t.Logf("delete %s took %s:\n%s", svcs[i], took.Round(time.Millisecond), tailLines(string(out), 6))
 				}
 				deleted.Add(1)
 				mu.Lock()
