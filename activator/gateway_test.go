@@ -678,7 +678,8 @@ func TestCatalogChangesArePacedAndNoneIsLost(t *testing.T) {
 }
 
 func TestRebuildGap(t *testing.T) {
-	for d, want := range map[time.Duration]time.Duration{0: 0, time.Millisecond: 9 * time.Millisecond, 50 * time.Millisecond: 450 * time.Millisecond, time.Second: time.Second} {
+	for d, want := range map[time.Duration]time.Duration{0: 0, time.Millisecond: 9 * time.Millisecond, 50 * time.Millisecond: 450 * time.Millisecond,
+		450 * time.Millisecond: 4050 * time.Millisecond, time.Second: 5 * time.Second} {
 		if got := rebuildGap(d); got != want {
 			t.Errorf("rebuildGap(%s) = %s, want %s", d, got, want)
 		}

@@ -68,8 +68,11 @@ func TestPassingPacedByTheQuerysCost(t *testing.T) {
 	if got := passingGap(q.estimate()); got != 180*time.Millisecond {
 		t.Errorf("gap %s, want 180ms", got)
 	}
-	if got := passingGap(time.Second); got != 500*time.Millisecond {
-		t.Errorf("gap after a 1 s answer %s, want the 500ms cap", got)
+	if got := passingGap(150 * time.Millisecond); got != 1350*time.Millisecond {
+		t.Errorf("gap after a 150 ms answer %s, want 1350ms", got)
+	}
+	if got := passingGap(time.Second); got != 2*time.Second {
+		t.Errorf("gap after a 1 s answer %s, want the 2s cap", got)
 	}
 	// Only the last 8 count.
 	for range 8 {
