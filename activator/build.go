@@ -161,6 +161,29 @@ func (g *Gateway) rebuild() {
 	g.prober.sync(want, known)
 }
 
+// refreshRevision brings one revision's instances up to date with the
+// catalog and the probes, without building a new table: the pool it
+// installs is what requests of that revision read, so a wake's held
+// requests go to an instance whose probe just passed at the cost of one
+// revision, not of the whole catalog. The table's lists (revisions with
+// instances) and the probes wanted follow at the next whole rebuild,
+// which the caller asks for.
+func (g *Gateway) refreshRevision(name string) {
+	g.buildMu.Lock()
+	defer g.buildMu.Unlock()
+	r := g.revs[name]
+	if t := g.table.Load(); r == nil || t == nil || t.revisions[name] != r {
+		return // not in the table yet, or gone: the whole rebuild decides
+	}
+	allocs := g.cat.Allocations(name)
+	ready := g.cat.Ready(name)
+	eps := r.tracker.update(allocs, ready, g.prober.successes())
+	if g.wakes.active.Load() > 0 {
+		g.wakes.consulPassing(name, passingAllocs(allocs, ready))
+	}
+	g.installPool(r, eps, r.cfg.Load().concurrency)
+}
+
 // passingAllocs are the allocations Consul lists passing (the two meet on
 // address:port, as in endpointTracker).
 func passingAllocs(allocs []catalog.Allocation, ready []consulroute.Instance) []string {
