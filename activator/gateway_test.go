@@ -647,21 +647,10 @@ func TestCatalogChangesArePacedAndNoneIsLost(t *testing.T) {
 			Route: consulroute.Route{Service: svc, Namespace: "default", Splits: []consulroute.Split{{Revision: rev, Percent: 100}}}})
 	}
 	tg := startGateway(t, cat, nil, nil)
-	histSum := func() float64 {
-		mfs, err := tg.reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "nomad_serverless_gateway_routing_table_rebuild_seconds" {
-				return mf.GetMetric()[0].GetHistogram().GetSampleSum()
-			}
-		}
-		t.Fatal("no rebuild histogram")
-		return 0
+	rebuilds := func() float64 {
+		return counter(t, tg.reg, "nomad_serverless_gateway_routing_table_rebuilds_total", nil)
 	}
-	before := histSum()
-	start := time.Now()
+	before := rebuilds()
 	const changes = 300
 	var last string
 	for i := range changes {
@@ -671,9 +660,14 @@ func TestCatalogChangesArePacedAndNoneIsLost(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	waitFor(t, "the last change routed", func() bool { return tg.g.table.Load().hosts[last+".example"] != nil })
-	wall := time.Since(start)
-	if share := (histSum() - before) / wall.Seconds(); share > 0.35 {
-		t.Errorf("rebuilds took %.0f%% of the %s the burst of %d changes lasted; paced, they take about 10%%", share*100, wall.Round(time.Millisecond), changes)
+	// Counted, not timed: each paced rebuild waits nine times its own
+	// time, so a loaded machine (longer rebuilds) makes fewer of them,
+	// where a share of the wall clock measured rebuilds preempted by
+	// other processes (41 % under go test -race at load 15). Back to
+	// back, a rebuild of 3,000 revisions (milliseconds) per few changes
+	// made about a fifth as many rebuilds as changes.
+	if n := rebuilds() - before; n > changes/10 {
+		t.Errorf("%v rebuilds for a burst of %d changes; paced, a rebuild waits nine times its own time", n, changes)
 	}
 }
 
