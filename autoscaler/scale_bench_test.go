@@ -26,18 +26,7 @@ func BenchmarkScaleTick(b *testing.B) {
 				name = fmt.Sprintf("revisions=%d/changing", n)
 			}
 			b.Run(name, func(b *testing.B) {
-				cat := catalog.New()
-				for i := range n {
-					each := 0
-					if i%100 == 0 {
-						each = 3
-					}
-					r := testRevision(fmt.Sprintf("s%06d-00001", i), each, nil)
-					cat.SetRevision(r)
-					if each > 0 {
-						cat.SetReady(r.Name, instances(r.Name, each))
-					}
-				}
+				cat := bigCatalog(n)
 				benchCatalogTicks(b, cat, changing)
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/revision")
 			})
@@ -54,18 +43,7 @@ func BenchmarkScaleTick(b *testing.B) {
 func BenchmarkScaleScrape(b *testing.B) {
 	for _, n := range []int{1_000, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("revisions=%d", n), func(b *testing.B) {
-			cat := catalog.New()
-			for i := range n {
-				each := 0
-				if i%100 == 0 {
-					each = 3
-				}
-				r := testRevision(fmt.Sprintf("s%06d-00001", i), each, nil)
-				cat.SetRevision(r)
-				if each > 0 {
-					cat.SetReady(r.Name, instances(r.Name, each))
-				}
-			}
+			cat := bigCatalog(n)
 			reg := prometheus.NewRegistry()
 			clk := newClock()
 			a, err := New(Config{
@@ -108,4 +86,22 @@ func BenchmarkScaleScrape(b *testing.B) {
 			b.ReportMetric(float64(series), "series")
 		})
 	}
+}
+
+// bigCatalog holds n revisions, 1 % of them with 3 ready instances and the
+// rest at zero, as a big cluster is.
+func bigCatalog(n int) *catalog.Catalog {
+	cat := catalog.New()
+	for i := range n {
+		each := 0
+		if i%100 == 0 {
+			each = 3
+		}
+		r := testRevision(fmt.Sprintf("s%06d-00001", i), each, nil)
+		cat.SetRevision(r)
+		if each > 0 {
+			cat.SetReady(r.Name, instances(r.Name, each))
+		}
+	}
+	return cat
 }
