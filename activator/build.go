@@ -19,6 +19,8 @@ func (g *Gateway) rebuild() {
 	g.buildMu.Lock()
 	defer g.buildMu.Unlock()
 	g.metrics.rebuilds.Inc()
+	start := time.Now()
+	defer func() { g.metrics.rebuildTime.Observe(time.Since(start).Seconds()) }()
 
 	probed := g.prober.successes()
 	revs := g.cat.Revisions()
@@ -65,7 +67,7 @@ func (g *Gateway) rebuild() {
 		}
 		allocs := g.cat.Allocations(cr.Name)
 		for _, a := range allocs {
-			known[probeKey{hostPort(a.Address, a.Port), a.ID}] = true
+			known[probeKey{HostPort: hostPort(a.Address, a.Port), Alloc: a.ID}] = true
 		}
 		ready := g.cat.Ready(cr.Name)
 		eps := r.tracker.update(allocs, ready, probed)
@@ -78,7 +80,7 @@ func (g *Gateway) rebuild() {
 		}
 		for _, e := range eps {
 			if e.NeedsProbe {
-				want[probeKey{e.HostPort, e.Alloc}] = cr.Name
+				want[probeKey{e.HostPort, e.Alloc, e.Gen}] = cr.Name
 			}
 		}
 		t.revisions[cr.Name] = r
@@ -157,6 +159,29 @@ func (g *Gateway) rebuild() {
 	g.counters = counters
 	g.table.Store(t)
 	g.prober.sync(want, known)
+}
+
+// refreshRevision brings one revision's instances up to date with the
+// catalog and the probes, without building a new table: the pool it
+// installs is what requests of that revision read, so a wake's held
+// requests go to an instance whose probe just passed at the cost of one
+// revision, not of the whole catalog. The table's lists (revisions with
+// instances) and the probes wanted follow at the next whole rebuild,
+// which the caller asks for.
+func (g *Gateway) refreshRevision(name string) {
+	g.buildMu.Lock()
+	defer g.buildMu.Unlock()
+	r := g.revs[name]
+	if t := g.table.Load(); r == nil || t == nil || t.revisions[name] != r {
+		return // not in the table yet, or gone: the whole rebuild decides
+	}
+	allocs := g.cat.Allocations(name)
+	ready := g.cat.Ready(name)
+	eps := r.tracker.update(allocs, ready, g.prober.successes())
+	if g.wakes.active.Load() > 0 {
+		g.wakes.consulPassing(name, passingAllocs(allocs, ready))
+	}
+	g.installPool(r, eps, r.cfg.Load().concurrency)
 }
 
 // passingAllocs are the allocations Consul lists passing (the two meet on
