@@ -65,16 +65,10 @@ func (g *Gateway) rebuild() {
 		if *r.cfg.Load() != cfg {
 			r.cfg.Store(&cfg)
 		}
-		allocs := g.cat.Allocations(cr.Name)
+		allocs, eps := g.updateInstances(r, probed, cfg.concurrency)
 		for _, a := range allocs {
 			known[probeKey{HostPort: hostPort(a.Address, a.Port), Alloc: a.ID}] = true
 		}
-		ready := g.cat.Ready(cr.Name)
-		eps := r.tracker.update(allocs, ready, probed)
-		if g.wakes.active.Load() > 0 {
-			g.wakes.consulPassing(cr.Name, passingAllocs(allocs, ready))
-		}
-		g.installPool(r, eps, cfg.concurrency)
 		if len(r.pool.Load().backends) > 0 {
 			t.withInstances = append(t.withInstances, r)
 		}
@@ -175,13 +169,22 @@ func (g *Gateway) refreshRevision(name string) {
 	if t := g.table.Load(); r == nil || t == nil || t.revisions[name] != r {
 		return // not in the table yet, or gone: the whole rebuild decides
 	}
-	allocs := g.cat.Allocations(name)
-	ready := g.cat.Ready(name)
-	eps := r.tracker.update(allocs, ready, g.prober.successes())
+	g.updateInstances(r, g.prober.successes(), r.cfg.Load().concurrency)
+}
+
+// updateInstances reads a revision's allocations and passing instances from
+// the catalog, folds them with the probes' successes into its endpoints and
+// installs the routable ones as its pool: the one step a whole rebuild takes
+// per revision and refreshRevision takes alone. Call it under buildMu.
+func (g *Gateway) updateInstances(r *revision, probed map[probeKey]bool, concurrency int) ([]catalog.Allocation, []endpoint) {
+	allocs := g.cat.Allocations(r.name)
+	ready := g.cat.Ready(r.name)
+	eps := r.tracker.update(allocs, ready, probed)
 	if g.wakes.active.Load() > 0 {
-		g.wakes.consulPassing(name, passingAllocs(allocs, ready))
+		g.wakes.consulPassing(r.name, passingAllocs(allocs, ready))
 	}
-	g.installPool(r, eps, r.cfg.Load().concurrency)
+	g.installPool(r, eps, concurrency)
+	return allocs, eps
 }
 
 // passingAllocs are the allocations Consul lists passing (the two meet on
