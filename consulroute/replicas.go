@@ -50,6 +50,22 @@ func (c *Client) ReplicaRegistrations(ctx context.Context) ([]ReplicaRegistratio
 	return out, nil
 }
 
+// Replicas lists the names of the control-plane replicas registered in the
+// nomad-serverless-activator service, whatever their health: a replica
+// that crashed stays listed (critical) until the leader or Consul removes
+// it, and a stopped one deregisters.
+func (c *Client) Replicas(ctx context.Context) (map[string]bool, error) {
+	regs, err := c.ReplicaRegistrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(regs))
+	for _, r := range regs {
+		out[r.Replica] = true
+	}
+	return out, nil
+}
+
 // SessionHolders names the replicas that hold a Consul session bound to
 // their activator check (every replica holds one while it waits for or
 // holds the leader lock: WithSessionCheck). Consul ends such a session the

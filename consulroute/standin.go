@@ -262,21 +262,3 @@ func (c *Client) AgentStandIns(ctx context.Context) ([]AgentStandIn, error) {
 func (c *Client) RemoveAgentStandIn(ctx context.Context, id string) error {
 	return c.deregister(ctx, "remove the activator stand-in "+id+" from the local agent", id)
 }
-
-// Replicas lists the names of the control-plane replicas registered in the
-// nomad-serverless-activator service, whatever their health: a replica
-// that crashed stays listed (critical) until the leader or Consul removes
-// it, and a stopped one deregisters.
-func (c *Client) Replicas(ctx context.Context) (map[string]bool, error) {
-	entries, _, err := c.api.Health().Service(spec.ActivatorServiceName, "", false, c.q(ctx))
-	if err != nil {
-		return nil, c.wrap("list the control-plane replicas ("+spec.ActivatorServiceName+")", err)
-	}
-	out := map[string]bool{}
-	for _, e := range entries {
-		if e != nil && e.Service != nil && e.Service.Meta[MetaReplica] != "" {
-			out[e.Service.Meta[MetaReplica]] = true
-		}
-	}
-	return out, nil
-}
