@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 
 	"github.com/nomad-serverless/nomad-serverless/test/testbin"
@@ -478,5 +480,76 @@ func TestWakeUpdatesTheReplicasReport(t *testing.T) {
 	}
 	if len(r2.demand) != 1 || r2.demand["y-00001"].Queued != 1 {
 		t.Errorf("a2's report from a wake alone: %+v", r2)
+	}
+}
+
+// TestLoopMinHoldsOnlyForReachableRevisions: a deploy that moved the
+// route on leaves the previous revision behind; its min no longer holds
+// and it goes to zero after the grace like any idle revision, while the
+// routed one keeps its min (issue 45's soak: every good deploy left the
+// previous revision running until garbage collection).
+func TestLoopMinHoldsOnlyForReachableRevisions(t *testing.T) {
+	ctx := context.Background()
+	a, cat, scr, sc, clk := newTestAutoscaler(t, nil)
+	withMin := func(s *spec.Scaling) {
+		s.Min = 1
+		s.Window = 6 * time.Second
+		s.ScaleToZeroGrace = 10 * time.Second
+	}
+	for _, name := range []string{"hello-00001", "hello-00002"} {
+		cat.SetRevision(testRevision(name, 1, withMin))
+		cat.SetReady(name, instances(name, 1))
+		scr.set(name+"-i0", 0)
+	}
+	cat.SetService(catalog.Service{Name: "hello", Namespace: "default", Latest: "hello-00002",
+		Route: consulroute.Route{Splits: []consulroute.Split{{Revision: "hello-00002", Percent: 100}}}})
+	l := startLoop(t, a)
+	for i := 0; i < 20 && len(sc.Calls()) == 0; i++ {
+		tickN(ctx, l, clk, 1, 2*time.Second)
+	}
+	tickN(ctx, l, clk, 10, 2*time.Second) // and the routed one stays
+	calls := sc.Calls()
+	if len(calls) != 1 || calls[0].Revision != "hello-00001" || calls[0].Count != 0 {
+		t.Fatalf("calls %+v, want one call: hello-00001 to zero", calls)
+	}
+	if got, _ := a.State("hello-00002"); got.Desired != 1 || got.Rule != RuleMin {
+		t.Errorf("routed revision: desired %d by %s, want 1 by %s", got.Desired, got.Rule, RuleMin)
+	}
+
+	// The route moves back by hand: the old one's min holds again.
+	cat.SetService(catalog.Service{Name: "hello", Namespace: "default", Latest: "hello-00002",
+		Route: consulroute.Route{Splits: []consulroute.Split{{Revision: "hello-00001", Percent: 100}}}})
+	tickN(ctx, l, clk, 2, 2*time.Second)
+	calls = sc.Calls()
+	if last := calls[len(calls)-1]; last.Revision != "hello-00001" || last.Count != 1 {
+		t.Errorf("after the route moved back: calls %+v, want hello-00001 back to its min 1", calls)
+	}
+}
+
+// TestLoopUnreachableKeepsNomadsFloor: a revision registered before the
+// autoscaler held min alone carries min as Nomad's bound, which refuses
+// any count below it: left behind, it stays at that floor rather than
+// asking Nomad every few seconds for what it refuses.
+func TestLoopUnreachableKeepsNomadsFloor(t *testing.T) {
+	ctx := context.Background()
+	a, cat, scr, sc, clk := newTestAutoscaler(t, nil)
+	old := testRevision("hello-00001", 2, func(s *spec.Scaling) {
+		s.Min = 2
+		s.ScaleToZeroGrace = 10 * time.Second
+	})
+	old.FloorMin = 2
+	cat.SetRevision(old)
+	cat.SetRevision(testRevision("hello-00002", 1, nil))
+	cat.SetReady("hello-00001", instances("hello-00001", 2))
+	scr.set("hello-00001-i0", 0)
+	scr.set("hello-00001-i1", 0)
+	cat.SetService(catalog.Service{Name: "hello", Namespace: "default", Latest: "hello-00002",
+		Route: consulroute.Route{Splits: []consulroute.Split{{Revision: "hello-00002", Percent: 100}}}})
+	l := startLoop(t, a)
+	tickN(ctx, l, clk, 40, 2*time.Second)
+	for _, c := range sc.Calls() {
+		if c.Revision == "hello-00001" {
+			t.Errorf("call %+v below Nomad's floor of 2", c)
+		}
 	}
 }

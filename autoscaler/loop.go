@@ -310,11 +310,21 @@ func (l *loop) sync(st *revState, r *catalog.Revision) {
 	st.service = r.Service
 	st.concurrency = r.Concurrency
 	st.count = r.Desired
-	if st.scaling == r.Scaling && st.win.buckets != nil {
+	sc := r.Scaling
+	if r.Unreachable {
+		// No route reaches it (a deploy or split change left it
+		// behind): min and initial hold only for revisions that take
+		// traffic, as in Knative. Its instances go once idle; a request
+		// named for it wakes it as any revision at zero. A revision
+		// registered before then carries min as Nomad's bound too, and
+		// Nomad would refuse every call below it.
+		sc.Min, sc.Initial = min(sc.Min, r.FloorMin), 0
+	}
+	if st.scaling == sc && st.win.buckets != nil {
 		return
 	}
-	st.scaling = r.Scaling
-	s := effectiveScaling(r.Scaling)
+	st.scaling = sc
+	s := effectiveScaling(sc)
 	tick := l.a.cfg.Tick
 	if st.win.buckets == nil || s.Metric != st.metric {
 		// A new metric (scaling changes in place, from concurrency to

@@ -33,6 +33,17 @@ type Revision struct {
 	Scaling spec.Scaling `json:"scaling"`
 	// Desired is the job's group count in Nomad.
 	Desired int `json:"desired"`
+	// FloorMin is the lowest count Nomad accepts for it (its scaling
+	// block's min): 0, or the revision's min for one registered before
+	// the autoscaler held min alone.
+	FloorMin int `json:"floor_min,omitempty"`
+	// Unreachable: no route can send the revision a request, and none is
+	// about to. The catalog works it out from its service's record on
+	// every read (see reachability); the autoscaler lets such a revision
+	// go to zero whatever its min (Knative's reachability), since only
+	// requests named for it by X-Serverless-Revision can reach it, and a
+	// request at zero wakes it.
+	Unreachable bool `json:"unreachable,omitempty"`
 }
 
 // Allocation is one Nomad allocation of a revision, with the sidecar's ports
@@ -68,6 +79,10 @@ type Service struct {
 	// Rollout is the service's latest rollout as its record says; the
 	// leader's rollout driver starts one it sees pending.
 	Rollout *consulroute.RolloutRoute `json:"rollout,omitempty"`
+	// Latest is the service's newest revision that was ever ready, as its
+	// record says ("" before the first): a newer one is a deploy's, not
+	// ready yet.
+	Latest string `json:"latest,omitempty"`
 }
 
 // Catalog is safe for concurrent use. Readers get copies; Changed lets a
@@ -123,6 +138,7 @@ func (c *Catalog) notify() {
 func (c *Catalog) SetRevision(r Revision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	r.Unreachable = false // worked out on every read, never stored
 	if old, ok := c.revisions[r.Name]; ok && reflect.DeepEqual(old, r) {
 		return
 	}
@@ -225,6 +241,9 @@ func (c *Catalog) Revision(name string) (Revision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.revisions[name]
+	if ok {
+		r.Unreachable = !c.reachable(r, c.newestRouted(r.Service))
+	}
 	return r, ok
 }
 
@@ -236,8 +255,90 @@ func (c *Catalog) Revisions() []Revision {
 	if c.revList == nil {
 		c.revList = slices.Collect(maps.Values(c.revisions))
 		slices.SortFunc(c.revList, func(a, b Revision) int { return strings.Compare(a.Name, b.Name) })
+		newest := make(map[string]int, len(c.services))
+		for name := range c.services {
+			newest[name] = c.newestRouted(name)
+		}
+		for i := range c.revList {
+			r := &c.revList[i]
+			r.Unreachable = !c.reachable(*r, newest[r.Service])
+		}
 	}
 	return c.revList
+}
+
+// reachable is Knative's revision reachability, from the service's record:
+// a revision is reachable when its route gives it a share of the traffic,
+// a tag names it, or a rollout in progress moves traffic to or from it;
+// and also while nothing says otherwise: its service's record is not
+// loaded, or it is newer than both the latest ready revision and every
+// revision the route names (a deploy waiting for it to be ready before it
+// takes the traffic), unless a rollout of it ended without giving it
+// traffic. What is left are revisions the route no longer names and that
+// no deploy waits for: the ones a deploy, a split change or a rollback by
+// hand left behind, and a rolled-back canary. newest is
+// newestRouted(r.Service). Call with mu held.
+func (c *Catalog) reachable(r Revision, newest int) bool {
+	s, ok := c.services[r.Service]
+	if !ok {
+		return true
+	}
+	if routeNames(s, r.Name) {
+		return true
+	}
+	ro := s.Rollout
+	switch {
+	case ro.InProgress() && (ro.New == r.Name || ro.Previous == r.Name):
+		return true
+	case ro != nil && ro.New == r.Name:
+		// The rollout of it ended without giving it traffic (rolled
+		// back or stopped): newer than what is routed, and yet no
+		// deploy waits for it.
+		return false
+	}
+	return newest == 0 || r.Generation > newest
+}
+
+// newestRouted is the highest generation among the service's latest ready
+// revision and the revisions its route names, of those the catalog knows,
+// or 0. Call with mu held.
+func (c *Catalog) newestRouted(service string) int {
+	s, ok := c.services[service]
+	if !ok {
+		return 0
+	}
+	newest := 0
+	note := func(name string) {
+		if r, ok := c.revisions[name]; ok && r.Service == service {
+			newest = max(newest, r.Generation)
+		}
+	}
+	for _, sp := range s.Route.Splits {
+		note(sp.Revision)
+	}
+	for _, rev := range s.Route.Tags {
+		note(rev)
+	}
+	if s.Latest != "" {
+		note(s.Latest)
+	}
+	return newest
+}
+
+// routeNames reports whether the service's route sends the revision
+// traffic or names it by a tag.
+func routeNames(s Service, revision string) bool {
+	for _, sp := range s.Route.Splits {
+		if sp.Revision == revision && sp.Percent > 0 {
+			return true
+		}
+	}
+	for _, rev := range s.Route.Tags {
+		if rev == revision {
+			return true
+		}
+	}
+	return false
 }
 
 // Allocations returns the allocations of a revision, sorted by ID.

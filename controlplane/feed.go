@@ -30,6 +30,7 @@ func catalogRevision(r nomadjob.RevisionInfo) catalog.Revision {
 	return catalog.Revision{
 		Name: r.Name, Service: r.Service, Namespace: r.Namespace, Generation: r.Generation,
 		Concurrency: r.Concurrency, Timeout: r.Timeout, Scaling: r.Scaling, Desired: r.Count,
+		FloorMin: r.FloorMin,
 	}
 }
 
@@ -249,7 +250,7 @@ func feedRecords(ctx context.Context, src consulSource, cat *catalog.Catalog, lo
 			}
 			seen[rec.Service.Name] = true
 			cat.SetService(catalog.Service{Name: rec.Service.Name, Namespace: rec.Namespace(), Domains: rec.Service.Domains, Route: route,
-				HTTPSRedirect: rec.Service.HTTPS.Redirect, Internal: rec.Service.Internal(), Rollout: rec.Rollout})
+				HTTPSRedirect: rec.Service.HTTPS.Redirect, Internal: rec.Service.Internal(), Rollout: rec.Rollout, Latest: rec.Latest})
 		}
 		for _, s := range cat.Services() {
 			if !seen[s.Name] {

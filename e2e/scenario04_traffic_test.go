@@ -24,8 +24,9 @@ func recentApps(r Result, since time.Time, n int) (map[string]int, int) {
 }
 
 // twoRevisions deploys v1 of svc, then v2 with traffic pinned to v1 (so v2
-// exists and is ready but gets nothing yet), both kept at one instance or
-// more.
+// exists and is ready but gets nothing yet), both with min 1; min holds
+// only while a route reaches the revision, so v2 goes to zero while
+// pinned away and wakes once it gets a share.
 func (h *harness) twoRevisions(svc string, v2Traffic []Traffic) (rev1, rev2 string) {
 	h.t.Helper()
 	rev1, rev2 = revision(svc, 1), revision(svc, 2)
@@ -98,6 +99,19 @@ func TestE2E4TrafficSplitUnderLoad(t *testing.T) {
 	t.Logf("load: %s", res.Summary())
 	if f := res.Failed(); len(f) > 0 {
 		t.Errorf("requests failed during the traffic changes: %s", res.Summary())
+	}
+
+	// No route reaches rev1 any more: its min of 1 no longer holds and it
+	// goes to zero once idle, as in Knative (the soak found every deploy
+	// leaving the previous revision running until garbage collection).
+	// rev2, routed, keeps its min.
+	took = eventually(t, 60*time.Second, rev1+", left behind, at zero despite its min", func() (bool, string) {
+		n, err := h.groupCount(rev1)
+		return err == nil && n == 0, fmt.Sprintf("count %d, %v", n, err)
+	})
+	h.timing("traffic moved away -> the old revision at zero", took)
+	if n, err := h.groupCount(rev2); err != nil || n < 1 {
+		t.Errorf("%s, routed, has count %d (%v), want at least its min 1", rev2, n, err)
 	}
 }
 

@@ -337,8 +337,10 @@ func TestContractScalingBlock(t *testing.T) {
 	rev, job := mustCompile(t, probesAndBounds(), 1, testOptions())
 	g := job.TaskGroups[0]
 	sc := g.Scaling
-	if sc == nil || *sc.Min != 1 || *sc.Max != 5 || *sc.Enabled {
-		t.Fatalf("scaling = %+v, want min 1 max 5 disabled", sc)
+	// Nomad's min is 0 whatever the revision's (1 here): the autoscaler
+	// holds min, and takes a revision no route reaches to zero.
+	if sc == nil || *sc.Min != 0 || *sc.Max != 5 || *sc.Enabled {
+		t.Fatalf("scaling = %+v, want min 0 max 5 disabled", sc)
 	}
 	if *g.Count != 2 {
 		t.Errorf("count = %d, want initial 2", *g.Count)
@@ -377,7 +379,7 @@ func TestInitialCountWithinBounds(t *testing.T) {
 	}{
 		{0, 0, 1, 1},
 		{0, 0, 0, 0},
-		{3, 0, 1, 3},  // raised to min: Nomad refuses a count below it
+		{3, 0, 1, 3},  // raised to min: the new revision starts with it
 		{0, 2, 2, 2},  //
 		{2, 10, 5, 5}, //
 		{0, 0, 5000, UnboundedMax},

@@ -58,10 +58,11 @@ func TestStopKeepsTheJobAndPlanMakesANewRevision(t *testing.T) {
 	if _, err := nc.Register(ctx, sleeper(t, &svc, 1), 0); err != nil {
 		t.Fatal(err)
 	}
-	// Nomad refuses a count below min: stopping is how a failed revision
-	// with min 1 is stopped.
-	if err := nc.Scale(ctx, "stop-00001", 0, "to zero", nil); !errors.Is(err, nomadjob.ErrOutOfBounds) {
-		t.Fatalf("scale below min: %v, want ErrOutOfBounds", err)
+	// Nomad refuses a count above max; below min it does not (the
+	// autoscaler holds min, and would start the instance again: stopping
+	// is how a failed revision with min 1 is stopped).
+	if err := nc.Scale(ctx, "stop-00001", 4, "above max", nil); !errors.Is(err, nomadjob.ErrOutOfBounds) {
+		t.Fatalf("scale above max: %v, want ErrOutOfBounds", err)
 	}
 	if err := nc.Stop(ctx, "stop-00001"); err != nil {
 		t.Fatal(err)

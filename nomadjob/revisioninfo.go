@@ -33,6 +33,10 @@ type RevisionInfo struct {
 	ScalingDefaulted bool         `json:"scaling_defaulted,omitempty"`
 	// Count is the group's count (the desired number of instances).
 	Count int `json:"count"`
+	// FloorMin is the lowest count Nomad accepts: the scaling block's Min.
+	// It is 0 for revisions compiled since min became the autoscaler's
+	// alone, the revision's min for older ones.
+	FloorMin int `json:"floor_min,omitempty"`
 	// ServiceTags are the tags of the revision's Consul service (ours and
 	// the template's), which every instance carries.
 	ServiceTags []string `json:"service_tags,omitempty"`
@@ -104,6 +108,9 @@ func RevisionFromJob(job *api.Job) (RevisionInfo, error) {
 		bad("no group %q", spec.GroupName)
 	} else {
 		info.Count = deref(g.Count, 0)
+		if g.Scaling != nil {
+			info.FloorMin = int(max(deref(g.Scaling.Min, 0), 0))
+		}
 		for _, svc := range g.Services {
 			if svc != nil && svc.Name == id {
 				info.ServiceTags = append([]string(nil), svc.Tags...)

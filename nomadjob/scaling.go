@@ -16,9 +16,10 @@ import (
 // job meta: Nomad treats a job-meta change as a destructive update (meta is
 // in every task's NOMAD_META_ environment) while the scaling policy is
 // stored opaquely and changing it replaces no allocation. Scaling settings
-// must change in place, so they go here. The block's Min and Max are the
-// bounds Nomad itself enforces on every scale call; Enabled is false so the
-// Nomad Autoscaler, if one runs, leaves our jobs alone.
+// must change in place, so they go here. The block's Max is the bound
+// Nomad itself enforces on every scale call, its Min is 0 (scalingBlock);
+// Enabled is false so the Nomad Autoscaler, if one runs, leaves our jobs
+// alone.
 const PolicyKey = "serverless"
 
 // scalingPolicy is spec.Scaling as stored in the policy: every field, with
@@ -113,9 +114,13 @@ func scalingBlock(s spec.Scaling, unbounded int) (*api.ScalingPolicy, error) {
 	if err != nil {
 		return nil, err
 	}
-	lo, hi := nomadBounds(s, unbounded)
+	_, hi := nomadBounds(s, unbounded)
 	return &api.ScalingPolicy{
-		Min:     new(int64(lo)),
+		// Min is 0 whatever the revision's min: the autoscaler holds
+		// min, and lets a revision no route reaches go to zero
+		// (catalog.Revision.Unreachable), which Nomad would refuse
+		// below a bound of min. Max stays Nomad's to enforce.
+		Min:     new(int64(0)),
 		Max:     new(int64(hi)),
 		Enabled: new(false),
 		Policy:  pol,

@@ -369,7 +369,8 @@ func (d *Deployer) apply(ctx context.Context, sp servicePlan) error {
 // stopFailed stops a new revision that did not become ready, so it does
 // not restart forever: scaling it to zero alone does not hold, since the
 // autoscaler keeps a new revision at its initial scale until it was once
-// ready, and Nomad refuses a count below the revision's min. The scale call
+// ready, and at its min while it is the newest (a deploy may wait for it:
+// catalog.Revision.Unreachable). The scale call
 // first records why in Nomad's scaling events (what `status` shows); the
 // stopped job stays in Nomad with its allocations for inspection, a later
 // deploy makes a new revision, and garbage collection removes it. It

@@ -391,8 +391,8 @@ func TestDeployChangedTemplateRoutesOnlyWhenReady(t *testing.T) {
 		t.Errorf("the failed revision was not scaled to zero with the reason: %v", f.scaled)
 	}
 	// Stopped, so nothing brings it back (the autoscaler keeps a new
-	// revision at its initial scale until it was once ready, and Nomad
-	// refuses a count below min).
+	// revision at its initial scale until it was once ready, and at its
+	// min while it is newer than the latest ready one).
 	if len(f.stopped) != 1 || f.stopped[0] != "hello-00002" {
 		t.Errorf("the failed revision was not stopped: %v", f.stopped)
 	}

@@ -88,7 +88,7 @@ job "api-00003" {
     }
 
     scaling {
-      min     = 1
+      min     = 0
       max     = 5
       enabled = false
 

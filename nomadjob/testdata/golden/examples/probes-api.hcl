@@ -88,7 +88,7 @@ job "api-00001" {
     }
 
     scaling {
-      min     = 1
+      min     = 0
       max     = 20
       enabled = false
 
