@@ -12,16 +12,28 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
-// rebuild reads the catalog and the probe results and installs a new
-// routing table. Revisions, their backends and the services' split counters
-// carry over from the previous build. One rebuild runs at a time.
+// rebuild reads the whole catalog and the probe results and installs a new
+// routing table. Revisions, their backends and the services' split
+// counters carry over from the previous build. One build runs at a time.
+// Most changes take update instead (update.go), in proportion to what
+// changed; a whole rebuild is for the start, and for what update hands
+// back (a change log overrun, an internal service, a host two routes want).
 func (g *Gateway) rebuild() {
 	g.buildMu.Lock()
 	defer g.buildMu.Unlock()
+	g.rebuildLocked()
+}
+
+// rebuildLocked is rebuild under buildMu.
+func (g *Gateway) rebuildLocked() {
 	g.metrics.rebuilds.Inc()
+	g.metrics.wholeRebuilds.Inc()
 	start := time.Now()
 	defer func() { g.metrics.rebuildTime.Observe(time.Since(start).Seconds()) }()
 
+	// The version first: a change while the catalog is read is applied
+	// again by the next update, never missed.
+	st := newBuildState(g.cat.Version())
 	probed := g.prober.successes()
 	revs := g.cat.Revisions()
 	services := g.cat.Services()
@@ -39,120 +51,157 @@ func (g *Gateway) rebuild() {
 				t.public = map[string]*route{}
 			}
 			internal[orDefaultNamespace(s.Namespace)+"/"+s.Name] = true
+			st.internal++
 		}
 	}
-	want := map[probeKey]string{}
-	known := map[probeKey]bool{}
-
 	for _, cr := range revs {
-		r := g.revs[cr.Name]
-		if r == nil {
-			ns := cr.Namespace
-			if ns == "" {
-				ns = spec.DefaultNamespace
-			}
-			r = newRevision(cr.Name, cr.Service, ns, func() *revisionMetrics { return g.metrics.forRevision(cr.Service, cr.Name) })
-			r.wake = g.maybeWake
-			r.onActive = g.markActive
-			r.wakes = g.wakes
-			g.revs[cr.Name] = r
-		}
-		timeout := cr.Timeout
-		if timeout <= 0 {
-			timeout = spec.DefaultTimeout
-		}
-		cfg := revisionConfig{timeout: timeout, concurrency: max(cr.Concurrency, 0), burstCapacity: cr.Scaling.BurstCapacity}
-		if *r.cfg.Load() != cfg {
-			r.cfg.Store(&cfg)
-		}
-		allocs, eps := g.updateInstances(r, probed, cfg.concurrency)
-		for _, a := range allocs {
-			known[probeKey{HostPort: hostPort(a.Address, a.Port), Alloc: a.ID}] = true
-		}
-		if len(r.pool.Load().backends) > 0 {
-			t.withInstances = append(t.withInstances, r)
-		}
-		for _, e := range eps {
-			if e.NeedsProbe {
-				want[probeKey{e.HostPort, e.Alloc, e.Gen}] = cr.Name
-			}
-		}
-		t.revisions[cr.Name] = r
-		if internal[r.namespace+"/"+r.service] {
-			if t.internalRevs == nil {
-				t.internalRevs = map[string]bool{}
-			}
-			t.internalRevs[cr.Name] = true
-		}
+		g.syncRevision(t, st, cr, probed, internal[orDefaultNamespace(cr.Namespace)+"/"+cr.Service])
 	}
 	for name, r := range g.revs {
 		if _, ok := t.revisions[name]; !ok {
-			delete(g.revs, name)
-			g.forgetActive(r)
-			r.close(errRevisionGone)
-			for _, b := range r.backends {
-				b.closeIdle(time.Time{}, true)
-			}
-			g.metrics.forget(r.service, r.name)
+			g.dropRevision(st, r)
 		}
 	}
 
 	counters := map[string]*atomic.Uint64{}
+	claims := map[string]int{}
 	for _, s := range services {
-		ns := orDefaultNamespace(s.Namespace)
-		key := ns + "/" + s.Name
+		key := orDefaultNamespace(s.Namespace) + "/" + s.Name
 		c := g.counters[key]
 		if c == nil {
 			c = &atomic.Uint64{}
 		}
 		counters[key] = c
-		main := &route{service: s.Name, namespace: ns, counter: c, redirect: s.HTTPSRedirect, internal: s.Internal}
-		total := 0
-		for _, sp := range s.Route.Splits {
-			if sp.Percent > 0 {
-				total += sp.Percent
-			}
+		ss := serviceState{key: key, internal: s.Internal}
+		for _, hr := range serviceRoutes(s, t.revisions, c, g.domain) {
+			claims[hr.host]++
+			g.addHost(t, hr.host, hr.route)
+			ss.hosts = append(ss.hosts, hr.host)
 		}
-		slot := 0
-		for _, sp := range s.Route.Splits {
-			if sp.Percent <= 0 || total == 0 {
-				continue
-			}
-			idx := uint8(len(main.targets))
-			main.targets = append(main.targets, target{name: sp.Revision, rev: t.revisions[sp.Revision]})
-			// Scale to 100 so a route whose splits do not add to 100 (it
-			// should not happen) still sends every request somewhere.
-			n := sp.Percent * 100 / total
-			for i := 0; i < n && slot < 100; i++ {
-				main.slots[slot] = idx
-				slot++
-			}
-		}
-		for ; slot < 100 && len(main.targets) > 0; slot++ {
-			main.slots[slot] = uint8(len(main.targets) - 1)
-		}
-		g.addHost(t, serviceHost(s.Name, ns, g.domain), main)
-		for _, d := range s.Domains {
-			g.addHost(t, canonicalHost(d), main)
-		}
-		tags := make([]string, 0, len(s.Route.Tags))
-		for tag := range s.Route.Tags {
-			tags = append(tags, tag)
-		}
-		slices.Sort(tags)
-		for _, tag := range tags {
-			rev := s.Route.Tags[tag]
-			tr := &route{service: s.Name, namespace: ns, tag: tag, counter: c, redirect: s.HTTPSRedirect, internal: s.Internal,
-				targets: []target{{name: rev, rev: t.revisions[rev]}}}
-			g.addHost(t, tagHost(tag, s.Name, ns, g.domain), tr)
+		st.services[s.Name] = ss
+	}
+	for host, rt := range t.hosts {
+		st.owners[host] = rt.service
+	}
+	for host, n := range claims {
+		if n > 1 {
+			st.contested[host] = true
 		}
 	}
 	if t.public == nil {
 		t.public = t.hosts
 	}
 	g.counters = counters
+	t.withInstances = st.withInstanceList()
 	g.table.Store(t)
-	g.prober.sync(want, known)
+	g.state = st
+	g.prober.sync(st.probeSets())
+}
+
+// syncRevision brings one catalog revision into t: its revision (made on
+// first sight), config, instances and pool, and what the build state keeps
+// of it. internalSvc says whether its service is internal.
+func (g *Gateway) syncRevision(t *table, st *buildState, cr catalog.Revision, probed map[probeKey]bool, internalSvc bool) {
+	r := g.revs[cr.Name]
+	if r == nil {
+		ns := cr.Namespace
+		if ns == "" {
+			ns = spec.DefaultNamespace
+		}
+		r = newRevision(cr.Name, cr.Service, ns, func() *revisionMetrics { return g.metrics.forRevision(cr.Service, cr.Name) })
+		r.wake = g.maybeWake
+		r.onActive = g.markActive
+		r.wakes = g.wakes
+		g.revs[cr.Name] = r
+	}
+	timeout := cr.Timeout
+	if timeout <= 0 {
+		timeout = spec.DefaultTimeout
+	}
+	cfg := revisionConfig{timeout: timeout, concurrency: max(cr.Concurrency, 0), burstCapacity: cr.Scaling.BurstCapacity}
+	if *r.cfg.Load() != cfg {
+		r.cfg.Store(&cfg)
+	}
+	allocs, eps := g.updateInstances(r, probed, cfg.concurrency)
+	st.noteRevision(r, allocs, eps)
+	t.revisions[cr.Name] = r
+	if internalSvc {
+		if t.internalRevs == nil {
+			t.internalRevs = map[string]bool{}
+		}
+		t.internalRevs[cr.Name] = true
+	} else if t.internalRevs != nil {
+		delete(t.internalRevs, cr.Name)
+	}
+}
+
+// dropRevision forgets a revision the catalog no longer has: its held
+// requests fail, its connections close, its series go.
+func (g *Gateway) dropRevision(st *buildState, r *revision) {
+	delete(g.revs, r.name)
+	g.forgetActive(r)
+	r.close(errRevisionGone)
+	for _, b := range r.backends {
+		b.closeIdle(time.Time{}, true)
+	}
+	g.metrics.forget(r.service, r.name)
+	st.forgetRevision(r)
+}
+
+// hostRoute is one host a service's routes claim.
+type hostRoute struct {
+	host  string // lower case
+	route *route
+}
+
+// serviceRoutes are the hosts of a service and their routes: its own host
+// and extra domains (its split) and one host per tag, in that order (tags
+// sorted). revisions resolves the revisions the routes name (nil for one
+// not known yet); c is the service's split counter.
+func serviceRoutes(s catalog.Service, revisions map[string]*revision, c *atomic.Uint64, domain string) []hostRoute {
+	ns := orDefaultNamespace(s.Namespace)
+	main := &route{service: s.Name, namespace: ns, counter: c, redirect: s.HTTPSRedirect, internal: s.Internal}
+	total := 0
+	for _, sp := range s.Route.Splits {
+		if sp.Percent > 0 {
+			total += sp.Percent
+		}
+	}
+	slot := 0
+	for _, sp := range s.Route.Splits {
+		if sp.Percent <= 0 || total == 0 {
+			continue
+		}
+		idx := uint8(len(main.targets))
+		main.targets = append(main.targets, target{name: sp.Revision, rev: revisions[sp.Revision]})
+		// Scale to 100 so a route whose splits do not add to 100 (it
+		// should not happen) still sends every request somewhere.
+		n := sp.Percent * 100 / total
+		for i := 0; i < n && slot < 100; i++ {
+			main.slots[slot] = idx
+			slot++
+		}
+	}
+	for ; slot < 100 && len(main.targets) > 0; slot++ {
+		main.slots[slot] = uint8(len(main.targets) - 1)
+	}
+	out := make([]hostRoute, 0, 1+len(s.Domains)+len(s.Route.Tags))
+	out = append(out, hostRoute{strings.ToLower(serviceHost(s.Name, ns, domain)), main})
+	for _, d := range s.Domains {
+		out = append(out, hostRoute{strings.ToLower(canonicalHost(d)), main})
+	}
+	tags := make([]string, 0, len(s.Route.Tags))
+	for tag := range s.Route.Tags {
+		tags = append(tags, tag)
+	}
+	slices.Sort(tags)
+	for _, tag := range tags {
+		rev := s.Route.Tags[tag]
+		tr := &route{service: s.Name, namespace: ns, tag: tag, counter: c, redirect: s.HTTPSRedirect, internal: s.Internal,
+			targets: []target{{name: rev, rev: revisions[rev]}}}
+		out = append(out, hostRoute{strings.ToLower(tagHost(tag, s.Name, ns, domain)), tr})
+	}
+	return out
 }
 
 // refreshRevision brings one revision's instances up to date with the
@@ -160,16 +209,19 @@ func (g *Gateway) rebuild() {
 // installs is what requests of that revision read, so a wake's held
 // requests go to an instance whose probe just passed at the cost of one
 // revision, not of the whole catalog. The table's lists (revisions with
-// instances) and the probes wanted follow at the next whole rebuild,
-// which the caller asks for.
+// instances) and the probes wanted follow at the next update, which the
+// caller asks for.
 func (g *Gateway) refreshRevision(name string) {
 	g.buildMu.Lock()
 	defer g.buildMu.Unlock()
 	r := g.revs[name]
 	if t := g.table.Load(); r == nil || t == nil || t.revisions[name] != r {
-		return // not in the table yet, or gone: the whole rebuild decides
+		return // not in the table yet, or gone: the next build decides
 	}
 	g.updateInstances(r, g.prober.successes(), r.cfg.Load().concurrency)
+	if g.state != nil {
+		g.state.markDirty(name)
+	}
 }
 
 // updateInstances reads a revision's allocations and passing instances from

@@ -207,6 +207,9 @@ type Gateway struct {
 	counters map[string]*atomic.Uint64 // split counters by namespace/service; guarded by buildMu
 	// conflicts are hosts claimed twice, already logged; guarded by buildMu.
 	conflicts map[string]bool
+	// state is what the last build left for the next update (update.go);
+	// guarded by buildMu.
+	state *buildState
 
 	rebuildCh chan struct{} // a probe succeeded: refresh readyRevs
 	readyMu   sync.Mutex
@@ -458,7 +461,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	var lastTook time.Duration
 	timed := func() {
 		start := time.Now()
-		g.safeRebuild()
+		g.safeUpdate()
 		lastEnd = time.Now()
 		lastTook = lastEnd.Sub(start)
 	}
@@ -909,6 +912,21 @@ func (g *Gateway) guard(what string) {
 func (g *Gateway) safeRebuild() {
 	defer g.guard("routing table rebuild")
 	g.rebuild()
+}
+
+// safeUpdate updates the table with the catalog's changes; after a panic
+// the previous table stays, and the next build is a whole one.
+func (g *Gateway) safeUpdate() {
+	defer g.guard("routing table update")
+	defer func() {
+		if p := recover(); p != nil {
+			g.buildMu.Lock()
+			g.state = nil
+			g.buildMu.Unlock()
+			panic(p)
+		}
+	}()
+	g.update()
 }
 
 // wakeDone takes a finished wake's timeline: its steps go to the

@@ -35,6 +35,7 @@ type metrics struct {
 	redirects      prometheus.Counter
 	panics         prometheus.Counter
 	rebuilds       prometheus.Counter
+	wholeRebuilds  prometheus.Counter
 	rebuildTime    prometheus.Histogram
 	reports        *prometheus.CounterVec
 	wakeSteps      *prometheus.HistogramVec
@@ -119,7 +120,11 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		}),
 		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: gwNS, Name: "routing_table_rebuilds_total",
-			Help: "Routing tables built from the catalog.",
+			Help: "Routing tables built from the catalog: whole, or updated with what changed.",
+		}),
+		wholeRebuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: gwNS, Name: "routing_table_whole_rebuilds_total",
+			Help: "Routing tables built from the whole catalog (at start, and when a change cannot be applied alone).",
 		}),
 		// How a rebuild's cost grows with the revision count (issue 45):
 		// the scale run reads it.
@@ -142,7 +147,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.duration, m.retries, m.notRetried, m.ejections, m.rejected, m.queueWait, m.wakes,
-		m.probes, m.probeReady, m.unknownHost, m.loadingRefused, m.redirects, m.panics, m.rebuilds, m.rebuildTime, m.reports, m.wakeSteps,
+		m.probes, m.probeReady, m.unknownHost, m.loadingRefused, m.redirects, m.panics, m.rebuilds, m.wholeRebuilds, m.rebuildTime, m.reports, m.wakeSteps,
 		&stateCollector{g: g},
 	} {
 		if err := reg.Register(c); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
@@ -71,6 +72,42 @@ func BenchmarkScaleRouteTable(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/revision")
 			b.ReportMetric(float64(held)/float64(n), "heap-B/revision")
 			runtime.KeepAlive(g)
+		})
+	}
+}
+
+// BenchmarkScaleRouteTableUpdate is one deploy's change to the table over
+// n revisions at zero: a new revision of one service and its route moved
+// to it, applied by update (update.go) as the gateway's Run does, instead
+// of a whole rebuild. What stays linear in it is the copy of the table's
+// maps (pointers).
+func BenchmarkScaleRouteTableUpdate(b *testing.B) {
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("revisions=%d", n), func(b *testing.B) {
+			cat := scaleCatalog(n)
+			g := scaleGateway(b, cat)
+			gen := 1
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				svc := fmt.Sprintf("s%06d", i%n)
+				if i%n == 0 {
+					gen++
+				}
+				rev := spec.RevisionName(svc, gen)
+				cat.SetRevision(catalog.Revision{Name: rev, Service: svc, Namespace: "default", Generation: gen,
+					Timeout: time.Minute, Scaling: spec.DefaultScaling()})
+				cat.SetService(catalog.Service{Name: svc, Namespace: "default",
+					Route: consulroute.Route{Service: svc, Namespace: "default", Splits: []consulroute.Split{{Revision: rev, Percent: 100}}}})
+				g.update()
+			}
+			b.StopTimer()
+			if g.table.Load().revisions[spec.RevisionName("s000000", gen)] == nil {
+				b.Fatal("the last deploy is not in the table")
+			}
+			if w := testutil.ToFloat64(g.metrics.wholeRebuilds); w != 1 {
+				b.Fatalf("%v whole rebuilds, want only the first", w)
+			}
 		})
 	}
 }

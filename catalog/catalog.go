@@ -103,6 +103,11 @@ type Catalog struct {
 	// revList caches Revisions' sorted result until the next change: the
 	// autoscaler reads it every tick over thousands of revisions.
 	revList []Revision
+	// version counts changes; log holds the latest (log[0] is the change
+	// that made version logStart+1), so a reader can apply only what
+	// changed since it last read (ChangedSince).
+	version, logStart uint64
+	log               []change
 }
 
 // New returns an empty catalog.
@@ -124,11 +129,70 @@ func (c *Catalog) Changed() <-chan struct{} {
 	return c.changed
 }
 
-// notify must be called with mu held.
-func (c *Catalog) notify() {
+// notify records a change of a revision (its job, allocations or
+// instances) or of a service, and wakes the waiters. Call with mu held.
+func (c *Catalog) notify(revision, service string) {
 	c.revList = nil
+	c.version++
+	if len(c.log) >= maxChangeLog {
+		// Drop the older half: a reader that far behind reads it all
+		// again (ChangedSince says so).
+		n := copy(c.log, c.log[len(c.log)/2:])
+		c.logStart += uint64(len(c.log) - n)
+		c.log = c.log[:n]
+	}
+	c.log = append(c.log, change{revision: revision, service: service})
 	close(c.changed)
 	c.changed = make(chan struct{})
+}
+
+// maxChangeLog bounds the change log. Readers (the gateway) read it at
+// least every few seconds, when a bulk deploy makes tens of changes a
+// second.
+const maxChangeLog = 1 << 14
+
+// change is one entry of the change log: a revision or a service.
+type change struct{ revision, service string }
+
+// Version is the number of changes so far; ChangedSince takes it.
+func (c *Catalog) Version() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+// ChangedSince returns the revisions (a job, its allocations or its
+// instances) and services that changed after version since, each once,
+// and the version they bring the reader to. complete is false when the
+// log no longer reaches back that far (more than maxChangeLog changes
+// since): the reader must then read everything again. A name listed may
+// be gone (deleted) or changed back; readers look it up.
+func (c *Catalog) ChangedSince(since uint64) (revisions, services []string, now uint64, complete bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if since < c.logStart || since > c.version {
+		return nil, nil, c.version, false
+	}
+	seenRev, seenSvc := map[string]bool{}, map[string]bool{}
+	for _, ch := range c.log[since-c.logStart:] {
+		if ch.revision != "" && !seenRev[ch.revision] {
+			seenRev[ch.revision] = true
+			revisions = append(revisions, ch.revision)
+		}
+		if ch.service != "" && !seenSvc[ch.service] {
+			seenSvc[ch.service] = true
+			services = append(services, ch.service)
+		}
+	}
+	return revisions, services, c.version, true
+}
+
+// Service returns one service.
+func (c *Catalog) Service(name string) (Service, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.services[name]
+	return s, ok
 }
 
 // SetRevision adds or replaces a revision. Setting one as it is changes
@@ -143,7 +207,7 @@ func (c *Catalog) SetRevision(r Revision) {
 		return
 	}
 	c.revisions[r.Name] = r
-	c.notify()
+	c.notify(r.Name, "")
 }
 
 // DeleteRevision forgets a revision, its allocations and its instances.
@@ -156,7 +220,7 @@ func (c *Catalog) DeleteRevision(name string) {
 		delete(c.allocRev, id)
 	}
 	delete(c.allocs, name)
-	c.notify()
+	c.notify(name, "")
 }
 
 // SetAllocation adds or replaces an allocation.
@@ -169,6 +233,7 @@ func (c *Catalog) SetAllocation(a Allocation) {
 		}
 		if rev != a.Revision {
 			c.forgetAllocation(rev, a.ID)
+			c.notify(rev, "")
 		}
 	}
 	byID := c.allocs[a.Revision]
@@ -178,7 +243,7 @@ func (c *Catalog) SetAllocation(a Allocation) {
 	}
 	byID[a.ID] = a
 	c.allocRev[a.ID] = a.Revision
-	c.notify()
+	c.notify(a.Revision, "")
 }
 
 // forgetAllocation must be called with mu held.
@@ -199,7 +264,7 @@ func (c *Catalog) DeleteAllocation(id string) {
 		return
 	}
 	c.forgetAllocation(rev, id)
-	c.notify()
+	c.notify(rev, "")
 }
 
 // SetReady replaces the passing instances of a revision (as Consul lists them,
@@ -211,7 +276,7 @@ func (c *Catalog) SetReady(revision string, instances []consulroute.Instance) {
 		return
 	}
 	c.ready[revision] = slices.Clone(instances)
-	c.notify()
+	c.notify(revision, "")
 }
 
 // SetService adds or replaces a service's route and domains; setting one
@@ -225,7 +290,7 @@ func (c *Catalog) SetService(s Service) {
 		return
 	}
 	c.services[s.Name] = s
-	c.notify()
+	c.notify("", s.Name)
 }
 
 // DeleteService forgets a service.
@@ -233,7 +298,7 @@ func (c *Catalog) DeleteService(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.services, name)
-	c.notify()
+	c.notify("", name)
 }
 
 // Revision returns one revision.
