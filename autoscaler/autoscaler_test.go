@@ -3,6 +3,7 @@ package autoscaler
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -516,13 +517,17 @@ func TestLoopMinHoldsOnlyForReachableRevisions(t *testing.T) {
 		t.Errorf("routed revision: desired %d by %s, want 1 by %s", got.Desired, got.Rule, RuleMin)
 	}
 
-	// The route moves back by hand: the old one's min holds again.
+	// The route moves back by hand: the old one's min holds again, and
+	// hello-00002, the latest ready one left behind, goes once idle.
 	cat.SetService(catalog.Service{Name: "hello", Namespace: "default", Latest: "hello-00002",
 		Route: consulroute.Route{Splits: []consulroute.Split{{Revision: "hello-00001", Percent: 100}}}})
-	tickN(ctx, l, clk, 2, 2*time.Second)
-	calls = sc.Calls()
-	if last := calls[len(calls)-1]; last.Revision != "hello-00001" || last.Count != 1 {
-		t.Errorf("after the route moved back: calls %+v, want hello-00001 back to its min 1", calls)
+	tickN(ctx, l, clk, 20, 2*time.Second)
+	got := map[string][]int{}
+	for _, c := range sc.Calls()[1:] {
+		got[c.Revision] = append(got[c.Revision], c.Count)
+	}
+	if !slices.Equal(got["hello-00001"], []int{1}) || !slices.Equal(got["hello-00002"], []int{0}) {
+		t.Errorf("after the route moved back: counts asked %v, want hello-00001 back to its min 1 and hello-00002 to zero", got)
 	}
 }
 
