@@ -908,12 +908,6 @@ func (g *Gateway) guard(what string) {
 	}
 }
 
-// safeRebuild rebuilds the table; after a panic the previous table stays.
-func (g *Gateway) safeRebuild() {
-	defer g.guard("routing table rebuild")
-	g.rebuild()
-}
-
 // safeUpdate updates the table with the catalog's changes; after a panic
 // the previous table stays, and the next build is a whole one.
 func (g *Gateway) safeUpdate() {

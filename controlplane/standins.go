@@ -169,44 +169,93 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 	sweep()
 	nextSweep := time.Now().Add(standInSweepEvery)
 	ready := func(rev string) int { return len(cat.Ready(rev)) }
+	// A pass looks at the revisions that changed since the last one
+	// (the catalog's change log), and at every revision only at start,
+	// after a sweep (it may adopt or forget stand-ins) and when the log
+	// no longer reaches back: a deploy or a delete among 10,000 revisions
+	// costs the keeper one revision, not a read of all of them (issue 45).
+	// retry are the revisions whose registration or removal failed.
+	var version uint64
+	full := true
+	retry := map[string]bool{}
+	register := func(rev, service string) {
+		if err := src.RegisterStandIn(ctx, rev, service, addr, port, tags.get(rev)...); err != nil {
+			log.Warn("register activator stand-in", "revision", rev, "err", err)
+			retry[rev] = true
+			return
+		}
+		registered[rev] = true
+	}
+	deregister := func(rev string) {
+		if err := src.DeregisterStandIn(ctx, rev); err != nil {
+			log.Warn("deregister activator stand-in", "revision", rev, "err", err)
+			retry[rev] = true
+			return
+		}
+		delete(registered, rev)
+	}
 	for {
 		changed := cat.Changed()
 		if time.Now().After(nextSweep) {
 			sweep()
 			nextSweep = time.Now().Add(standInSweepEvery)
+			full = true
 		}
 		passStart := time.Now()
-		want := standInWanted(cat.Revisions(), ready)
-		revs := make([]string, 0, len(want))
-		for rev := range want {
-			if !registered[rev] {
-				revs = append(revs, rev)
+		var consider []string
+		if !full {
+			revs, _, now, complete := cat.ChangedSince(version)
+			consider, version, full = revs, now, !complete
+		}
+		if full {
+			// The version first: a change during the read is looked at
+			// again next pass.
+			version = cat.Version()
+			full = false
+			clear(retry)
+			want := standInWanted(cat.Revisions(), ready)
+			revs := make([]string, 0, len(want))
+			for rev := range want {
+				if !registered[rev] {
+					revs = append(revs, rev)
+				}
+			}
+			sort.Strings(revs)
+			for _, rev := range revs {
+				register(rev, want[rev])
+			}
+			for rev := range registered {
+				if _, ok := want[rev]; !ok {
+					deregister(rev)
+				}
+			}
+		} else {
+			for rev := range retry {
+				consider = append(consider, rev)
+			}
+			clear(retry)
+			sort.Strings(consider)
+			for _, rev := range consider {
+				r, ok := cat.Revision(rev)
+				wanted := ok && standInWanted([]catalog.Revision{r}, ready)[rev] != ""
+				switch {
+				case wanted && !registered[rev]:
+					register(rev, r.Service)
+				case !wanted && registered[rev]:
+					deregister(rev)
+				}
 			}
 		}
-		sort.Strings(revs)
-		for _, rev := range revs {
-			if err := src.RegisterStandIn(ctx, rev, want[rev], addr, port, tags.get(rev)...); err != nil {
-				log.Warn("register activator stand-in", "revision", rev, "err", err)
-				continue
-			}
-			registered[rev] = true
-		}
-		for rev := range registered {
-			if _, ok := want[rev]; ok {
-				continue
-			}
-			if err := src.DeregisterStandIn(ctx, rev); err != nil {
-				log.Warn("deregister activator stand-in", "revision", rev, "err", err)
-				continue
-			}
-			delete(registered, rev)
-		}
-		// A pass reads the whole catalog: during a burst of changes (a
-		// bulk deploy) the next one waits nine times what this one took,
-		// at most a second, so the keeper takes a tenth of a core at
+		// A whole pass reads the whole catalog: during a burst of changes
+		// (a bulk deploy) the next one waits nine times what this one
+		// took, at most a second, so the keeper takes a tenth of a core at
 		// most (issue 45).
 		if !sleepCtx(ctx, standInGap(time.Since(passStart))) {
 			return
+		}
+		retryAfter := 10 * time.Second
+		if len(retry) == 0 {
+			retryAfter = standInSweepEvery
 		}
 		select {
 		case <-ctx.Done():
@@ -214,7 +263,7 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 		case <-changed:
 		case <-sweepNow:
 			nextSweep = time.Time{}
-		case <-time.After(10 * time.Second): // retry failed registrations; sweep
+		case <-time.After(retryAfter): // retry failed registrations; sweep
 		}
 	}
 }

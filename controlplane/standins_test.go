@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -82,6 +83,9 @@ type fakeStandIns struct {
 	tags         map[string][]string
 	removed      []string // stand-in IDs deregistered one by one
 	removedNodes []string
+	// failRegister makes that many registrations fail; attempts counts
+	// every registration tried.
+	failRegister, attempts int
 }
 
 func newFakeStandIns(replica string) *fakeStandIns {
@@ -102,6 +106,11 @@ func (f *fakeStandIns) add(rev, replica string) {
 func (f *fakeStandIns) RegisterStandIn(_ context.Context, rev, svc, addr string, port int, tags ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.attempts++
+	if f.failRegister > 0 {
+		f.failRegister--
+		return errors.New("fake: Consul refused the registration")
+	}
 	f.add(rev, f.replica)
 	f.tags[rev] = tags
 	return nil
@@ -250,6 +259,26 @@ func TestStandInsExistOnlyWhileARevisionHasNoReadyInstance(t *testing.T) {
 	cat.SetReady("hello-00001", nil)
 	cat.DeleteRevision("hello-00001")
 	waitFor(t, "the stand-in to go with the revision", func() bool { return len(f.ids()) == 0 })
+}
+
+// A pass looks only at the revisions that changed, and at those whose
+// registration failed: a failure is tried again at the next pass, whatever
+// revision that pass is for.
+func TestStandInKeeperRetriesAFailedRegistration(t *testing.T) {
+	f := newFakeStandIns("me")
+	f.failRegister = 1
+	cat := catalog.New()
+	runKeeper(t, f, cat, newRevisionTags())
+	cat.SetRevision(catalog.Revision{Name: "hello-00001", Service: "hello"})
+	waitFor(t, "the failed registration", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.attempts >= 1
+	})
+	cat.SetRevision(catalog.Revision{Name: "other-00001", Service: "other"})
+	waitFor(t, "both stand-ins", func() bool {
+		return slices.Equal(f.ids(), []string{"hello-00001-activator-me", "other-00001-activator-me"})
+	})
 }
 
 // A stand-in carries the revision's own tags (from its Nomad job), so a
