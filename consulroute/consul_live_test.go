@@ -188,6 +188,22 @@ func liveWatchPassingIgnoresStandIn(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.DeregisterStandIn(context.Background(), rev) })
 
+	// Consul's own answer to the filter leaves the stand-in out, so it
+	// costs the server one compare per stand-in (passingFilter).
+	checks, _, err := c.api.Health().State(api.HealthAny, &api.QueryOptions{Filter: passingFilter})
+	if err != nil {
+		t.Fatalf("health state with the passing filter: %v", err)
+	}
+	var ids []string
+	for _, chk := range checks {
+		if chk.ServiceName == rev {
+			ids = append(ids, chk.ServiceID)
+		}
+	}
+	if !slices.Equal(ids, []string{inst.ID}) {
+		t.Fatalf("the filter's answer has %v of %s, want only the instance %s", ids, rev, inst.ID)
+	}
+
 	seen := make(chan Passing, 8)
 	go c.WatchPassing(ctx, func(p Passing) { seen <- p })
 	deadline := time.After(30 * time.Second)

@@ -39,6 +39,9 @@ const (
 	// registration on: catalog-driven proxies (Fabio) route only to
 	// instances with a passing check of their own.
 	standInCheckID = "nomad-serverless-stand-in"
+	// standInCheckName is every stand-in's check's name, which the
+	// passing instances' filter tests first (passingFilter).
+	standInCheckName = "nomad-serverless activator stand-in"
 )
 
 // StandInID is the Consul service ID of this replica's stand-in instance for
@@ -120,7 +123,7 @@ func (c *Client) RegisterStandIn(ctx context.Context, revision, service string, 
 		Check: &api.AgentCheck{
 			Node:        node,
 			CheckID:     standInCheckID + ":" + id,
-			Name:        "nomad-serverless activator stand-in",
+			Name:        standInCheckName,
 			Status:      api.HealthPassing,
 			Output:      "the activator of control-plane replica " + c.replica + " takes this revision's requests while it has no ready instance",
 			ServiceID:   id,

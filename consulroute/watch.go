@@ -177,7 +177,19 @@ type Passing map[string][]string
 // (one per revision at zero per replica: most of them, at scale), and the
 // nodes' own checks (serfHealth, maintenance), which fail every instance on
 // a node.
-const passingFilter = `("` + spec.TagServerless + `" in ServiceTags and "` + spec.TagActivator + `" not in ServiceTags) or ServiceID == ""`
+//
+// Consul evaluates it over every check in the cluster on each answer, so
+// its first clause is what a stand-in's check fails on, and the cheapest
+// there is: one string compare of the check's name (the stand-ins'
+// checks all have standInCheckName). With 30,000 stand-ins' checks on a
+// Consul 1.22.7 dev agent an answer took 43 ms with the filter before
+// (tags first: "in" over each check's tags, three clauses for a
+// stand-in), 25 ms with the activator tag first, 12.5 ms with the name
+// first, which is what any one-clause filter costs there (issue 45: 38 %
+// of Consul's CPU went to this filter during the third 10,000 run). What
+// else carries the activator tag (the activator's own registration, an
+// earlier version's stand-ins) passingFrom leaves out.
+const passingFilter = `Name != "` + standInCheckName + `" and ("` + spec.TagServerless + `" in ServiceTags or ServiceID == "")`
 
 // WatchPassing follows which instances of every revision pass their checks
 // with one blocking query (/v1/health/state/any, filtered to our services

@@ -57,14 +57,17 @@ func waitHeld(t *testing.T, held <-chan struct{}) {
 	}
 }
 
-// One query follows every revision (fixtures 059, 060 from Consul 1.16.1):
-// an instance passes when its checks and its node's pass; stand-ins, the
-// activator and other services are left out; a node in maintenance fails
-// all its instances; an unchanged index calls fn no more.
+// One query follows every revision (fixtures 063, 064 from Consul 1.16.1;
+// 1.22.7 answers the same): an instance passes when its checks and its
+// node's pass; stand-ins (the filter leaves out those on catalog nodes by
+// their check's name, the watch an earlier version's agent-held one by its
+// tag), the activator and other services are left out; a node in
+// maintenance fails all its instances; an unchanged index calls fn no
+// more.
 func TestWatchPassingFollowsEveryRevisionInOneQuery(t *testing.T) {
-	c, replay, held := blockingReplay(t, "24",
-		fx(t, "059-health-state-any-filtered.json"),
-		fx(t, "060-health-state-any-node-maintenance.json"))
+	c, replay, held := blockingReplay(t, "26",
+		fx(t, "063-health-state-any-filtered-by-name.json"),
+		fx(t, "064-health-state-any-filtered-by-name-node-maintenance.json"))
 	ctx, cancel := context.WithCancel(ctxTimeout(t, 20*time.Second))
 	defer cancel()
 	var mu sync.Mutex
@@ -95,7 +98,7 @@ func TestWatchPassingFollowsEveryRevisionInOneQuery(t *testing.T) {
 		t.Errorf("fn got %+v\nwant %+v", calls, want)
 	}
 	for _, r := range replay.Received() {
-		if f := r.Query.Get("filter"); f != `("serverless" in ServiceTags and "activator" not in ServiceTags) or ServiceID == ""` {
+		if f := r.Query.Get("filter"); f != `Name != "nomad-serverless activator stand-in" and ("serverless" in ServiceTags or ServiceID == "")` {
 			t.Errorf("query filter = %q", f)
 		}
 	}
@@ -193,10 +196,10 @@ func TestWatchArgumentsValidated(t *testing.T) {
 }
 
 func TestWatchResetsIndexThatWentBackwards(t *testing.T) {
-	first := fx(t, "059-health-state-any-filtered.json") // index 23
+	first := fx(t, "063-health-state-any-filtered-by-name.json") // index 25
 	filter := url.Values(first.Request.Query).Get("filter")
 	back := synthetic("index went backwards (snapshot restore)", "GET", "/v1/health/state/any",
-		map[string]string{"filter": filter, "index": "23"}, 200, "5", []any{})
+		map[string]string{"filter": filter, "index": "25"}, 200, "5", []any{})
 	fresh := synthetic("re-read without an index", "GET", "/v1/health/state/any",
 		map[string]string{"filter": filter}, 200, "6", []any{})
 	c, replay, held := blockingReplay(t, "6", first, back, fresh)
