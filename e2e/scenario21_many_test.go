@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -251,6 +252,20 @@ func TestE2E21ManyRevisions(t *testing.T) {
 		if n1, err := SampleProc(h.s.Agents.Nomad.Pid()); err == nil {
 			fig.add("Nomad dev agent (server and client in one) at idle", fmt.Sprintf("RSS %d MiB, CPU %.2f %% of a core", n1.RSS>>20, CPUShare(nomad0, n1)*100), "", "")
 		}
+	}
+	if h.s.Agents != nil {
+		// Where the agents' idle CPU goes: whether it is our doing (the
+		// third run's Nomad took 67 % of a core at idle, nothing said why).
+		var wg sync.WaitGroup
+		for _, p := range []struct{ name, url string }{
+			{"nomad", strings.TrimSuffix(h.s.NomadAddr, "/") + "/v1/agent/pprof/profile?seconds=15"},
+			{"consul", "http://" + strings.TrimPrefix(h.s.ConsulAddr, "http://") + "/debug/pprof/profile?seconds=15"},
+		} {
+			wg.Go(func() {
+				t.Logf("%s at idle, 15 s CPU profile:\n%s", p.name, agentProfileTop(p.url, filepath.Join(t.TempDir(), p.name+".prof")))
+			})
+		}
+		wg.Wait()
 	}
 	tick := h.scrapeAll(t, gs, []string{leader}, tickMetric)[leader].Since(tick0[leader])
 	fig.add("autoscaler tick on the leader, 30 s at idle", fmt.Sprintf("%d ticks, mean %s, p99 <= %s", int(tick.Count), secs(tick.Mean()), secs(tick.Quantile(0.99))), "", "")
@@ -920,4 +935,37 @@ func scaleRunCompute() int {
 		return 16000
 	}
 	return 0
+}
+
+// agentProfileTop takes a CPU profile from an agent's pprof endpoint (the
+// dev agents enable it) into path and returns go tool pprof's top 15 by
+// cumulative time; an error is said in the returned text, never fails the
+// run.
+func agentProfileTop(url, path string) string {
+	client := &http.Client{Timeout: time.Minute}
+	resp, err := client.Get(url)
+	if err != nil {
+		return "no profile: " + err.Error()
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Sprintf("no profile: %s: %s", resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return "no profile: " + err.Error()
+	}
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "no profile: " + err.Error()
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=15", path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("go tool pprof: %v\n%s", err, out)
+	}
+	return string(out)
 }
