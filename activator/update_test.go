@@ -2,6 +2,7 @@ package activator
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -210,14 +211,7 @@ func snapshotTable(g *Gateway) string {
 	return b.String()
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // samePointerMap: whether two maps are one (both nil counts).
 func samePointerMap(a, b map[string]*route) bool {
