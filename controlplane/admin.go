@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -69,6 +70,10 @@ func (k *adminKeys) follow(ctx context.Context, src keyringSource) error {
 	return src.WatchAdminKeys(ctx, k.ring.Set)
 }
 
+// PprofPath is where the admin API serves the heap, allocs and goroutine
+// profiles (PprofPath + "heap").
+const PprofPath = "/debug/pprof/"
+
 // adminHandler is the admin API: the gateway's health and metrics, the
 // autoscaler's state and demand endpoints, and the gateway's routing state.
 // Only the autoscaler's demand and wake change anything, and guard
@@ -86,6 +91,13 @@ func adminHandler(gw *activator.Gateway, auto *autoscaler.Autoscaler, guard auto
 		return nil, fmt.Errorf("admin API: %w", err)
 	}
 	e.GET("/v1/activator/revisions", func(c echo.Context) error { return c.JSON(http.StatusOK, gw.Revisions()) })
+	// The heap and the goroutines, as net/http/pprof gives them: reads like
+	// /metrics, cheap, and what tells a leak's cause (the soak takes one
+	// at its start and end of each replica and compares them). No CPU
+	// profile or trace: they hold a core for as long as the caller asks.
+	for _, name := range []string{"heap", "allocs", "goroutine"} {
+		e.GET(PprofPath+name, echo.WrapHandler(pprof.Handler(name)))
+	}
 	// Each routed name's certificate as this replica serves it (its
 	// issuer and validity, and its own last ACME failure): `status` reads
 	// every replica's. No private key, nothing that changes anything.

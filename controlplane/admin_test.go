@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -174,5 +175,35 @@ func TestAdminWritesBetweenReplicasAreSigned(t *testing.T) {
 	unkeyed, _ := autoscaler.NewRemoteSink(autoscaler.RemoteSinkConfig{Leader: leaderAt, Client: &http.Client{Transport: noKey}})
 	if err := unkeyed.Wake(ctx, "c", autoscaler.Demand{Revision: rev, Queued: 1}); !errors.Is(err, adminauth.ErrNoKey) {
 		t.Fatalf("wake without a keyring: %v, want ErrNoKey", err)
+	}
+}
+
+// The admin API serves the heap and goroutine profiles (what the soak
+// compares to find a leak), and no CPU profile, which would hold a core
+// for as long as its caller asks.
+func TestAdminServesHeapProfilesOnly(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1, RescheduleDelay: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := startAdminReplica(t, ctx, c, "a", func() (string, bool) { return "", false })
+	for path, want := range map[string]int{
+		PprofPath + "heap?debug=1":      http.StatusOK,
+		PprofPath + "goroutine?debug=1": http.StatusOK,
+		PprofPath + "allocs?debug=1":    http.StatusOK,
+		PprofPath + "profile":           http.StatusNotFound,
+		PprofPath + "trace":             http.StatusNotFound,
+	} {
+		resp, err := http.Get(r.admin.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %s, want %d", path, resp.Status, want)
+		}
+		if want == http.StatusOK && strings.HasPrefix(path, PprofPath+"heap") && !strings.Contains(string(body), "heap profile") {
+			t.Errorf("GET %s: not a heap profile: %.100s", path, body)
+		}
 	}
 }

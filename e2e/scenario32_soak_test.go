@@ -242,6 +242,17 @@ type soak struct {
 	splitsN   int
 	rows      [][]string // the table: measure, value, verdict
 	notes     []string
+	// heaps are each replica life's heap profiles: the first past the
+	// warm-up and the latest (taken every minute), compared at the end
+	// to say what grew.
+	heaps map[string]*lifeHeaps
+}
+
+// lifeHeaps are one replica life's heap profiles (pprof's protobuf).
+type lifeHeaps struct {
+	born            time.Time
+	first, last     []byte
+	firstAt, lastAt time.Time
 }
 
 type lifeProc struct {
@@ -763,6 +774,7 @@ func (s *soak) sample(ctx context.Context) {
 				}
 				vals["Consul sessions"] = float64(n)
 			}
+			s.takeHeap(client, tg.life, tg.g, now)
 			s.mu.Lock()
 			for m, v := range vals {
 				ser := s.series[m][tg.life]
@@ -931,6 +943,77 @@ func (s *soak) report() {
 		t.Errorf("soak: write the samples: %v", err)
 	}
 	s.plot(faults)
+	s.compareHeaps()
+}
+
+// soakHeapWarmUp is how old a replica life is when its first heap profile
+// is taken (caches filled, the first deploys and wakes seen).
+const soakHeapWarmUp = 5 * time.Minute
+
+// takeHeap keeps a life's heap profiles: the first once it is past the
+// warm-up, then the latest every minute. A profile that cannot be read is
+// skipped (the replica may be on its way down).
+func (s *soak) takeHeap(client *http.Client, life string, g *gateway, now time.Time) {
+	s.mu.Lock()
+	if s.heaps == nil {
+		s.heaps = map[string]*lifeHeaps{}
+	}
+	lh := s.heaps[life]
+	if lh == nil {
+		lh = &lifeHeaps{born: now}
+		s.heaps[life] = lh
+	}
+	due := now.Sub(lh.born) >= soakHeapWarmUp && (lh.first == nil || now.Sub(lh.lastAt) >= time.Minute)
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	status, body, err := getBody(client, g.adminURL()+"/debug/pprof/heap?gc=1")
+	if err != nil || status != 200 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lh.first == nil {
+		lh.first, lh.firstAt = []byte(body), now
+	}
+	lh.last, lh.lastAt = []byte(body), now
+}
+
+// compareHeaps writes each life's first and last heap profiles to the
+// output directory and, for lives whose two lie at least 10 minutes apart,
+// what grew between them (go tool pprof -top -base, in-use bytes) to
+// soak-heap-<life>.txt and the log: where a slope of the heap comes from.
+func (s *soak) compareHeaps() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for life, lh := range s.heaps {
+		if lh.first == nil || lh.lastAt.Sub(lh.firstAt) < 10*time.Minute {
+			continue
+		}
+		name := "serve-" + strings.ReplaceAll(life, "#", "-")
+		first, last := filepath.Join(s.out, name+"-heap-first.pb.gz"), filepath.Join(s.out, name+"-heap-last.pb.gz")
+		if err := os.WriteFile(first, lh.first, 0o644); err != nil {
+			s.t.Errorf("soak: write a heap profile: %v", err)
+			continue
+		}
+		if err := os.WriteFile(last, lh.last, 0o644); err != nil {
+			s.t.Errorf("soak: write a heap profile: %v", err)
+			continue
+		}
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=20", "-base", first, last).CombinedOutput()
+		if err != nil {
+			s.t.Logf("soak: compare the heaps of %s: %v\n%s", life, err, out)
+			continue
+		}
+		text := fmt.Sprintf("%s: heap in use, %s (+%s) against %s (+%s):\n%s", life,
+			lh.lastAt.Sub(s.start).Round(time.Minute), lh.lastAt.Sub(lh.born).Round(time.Minute),
+			lh.firstAt.Sub(s.start).Round(time.Minute), lh.firstAt.Sub(lh.born).Round(time.Minute), out)
+		if err := os.WriteFile(filepath.Join(s.out, "soak-heap-"+strings.ReplaceAll(life, "#", "-")+".txt"), []byte(text), 0o644); err != nil {
+			s.t.Errorf("soak: write the heap comparison: %v", err)
+		}
+		s.t.Logf("soak: %s", text)
+	}
 }
 
 func countSteady(rs []SoakRequest) int {
