@@ -53,7 +53,7 @@ func TestFeedNomadCatchesUpAfterLosingEvents(t *testing.T) {
 	}
 	cat := catalog.New()
 	done := make(chan error, 1)
-	go func() { done <- feedNomad(ctx, nc, cat, newRevisionTags(), nil, nil, quietLog) }()
+	go func() { done <- feedNomad(ctx, nc, cat, newRevisionTags(), nil, nil, nil, quietLog) }()
 	defer func() {
 		cancel()
 		<-done
@@ -71,6 +71,9 @@ func TestFeedNomadCatchesUpAfterLosingEvents(t *testing.T) {
 	if err := c.Nomad.Up(); err != nil {
 		t.Fatal(err)
 	}
+	// The feed's job reads leave keep-alive connections to the Nomad that
+	// went down; a register (a PUT, not retried) must not pick one.
+	nc.API().Close()
 	if _, err := nc.Register(ctx, sleepingRevision(t, "second", 1, 2), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -141,4 +144,71 @@ func waitAllocs(t *testing.T, c *fakecluster.Cluster, job string, n int) {
 		}
 		return run == n && busy == 0, fmt.Sprintf("%d running, %d pending or stopping", run, busy)
 	})
+}
+
+// Against the fake cluster's Nomad (real HTTP, the real client): the
+// catalog is listed, every revision routable with its meta's fields,
+// while no job can be read at all; once they can, every revision is whole.
+func TestFeedNomadListsWithoutReadingJobs(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1, RescheduleDelay: time.Hour, HeartbeatInterval: time.Second})
+	nc, err := nomadjob.NewClient(c.Nomad.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetLogger(quietLog)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i, count := range []int{0, 0, 1} {
+		if _, err := nc.Register(ctx, sleepingRevision(t, fmt.Sprintf("svc%d", i), 1, count), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAllocs(t, c, "svc2-00001", 1)
+	// Job reads fail (a GET of /v1/job/<id>, allocations included); the
+	// listing (/v1/jobs) does not.
+	c.Nomad.SetFault(fakecluster.Fault{Status: 500, PathPrefix: "/v1/job/", Method: "GET"})
+	cat, tags := catalog.New(), newRevisionTags()
+	listed, read := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- feedNomad(ctx, nc, cat, tags, nil, func() { close(listed) }, func() { close(read) }, quietLog)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case <-listed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not listed while jobs cannot be read")
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("svc%d-00001", i)
+		r, ok := cat.Revision(name)
+		if !ok || !r.Partial || r.Service != fmt.Sprintf("svc%d", i) || r.Namespace != "default" || r.Timeout != spec.DefaultTimeout || r.Generation != 1 {
+			t.Errorf("%s listed as %+v, %v", name, r, ok)
+		}
+	}
+	if r, _ := cat.Revision("svc2-00001"); r.Desired != 1 {
+		t.Errorf("svc2-00001 desired %d, want the summary's 1 running", r.Desired)
+	}
+	select {
+	case <-read:
+		t.Fatal("read said done while no job could be read")
+	default:
+	}
+	c.Nomad.SetFault(fakecluster.Fault{})
+	select {
+	case <-read:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the jobs were never read")
+	}
+	for _, r := range cat.Revisions() {
+		if r.Partial || r.Scaling.Max != 30 {
+			t.Errorf("%s after its read: %+v", r.Name, r)
+		}
+	}
+	if r, _ := cat.Revision("svc2-00001"); r.Desired != 1 {
+		t.Errorf("svc2-00001 desired %d, want its job's 1", r.Desired)
+	}
 }

@@ -31,15 +31,25 @@ type standInSource interface {
 // alive across a scale to zero (make before break): the job's count drops
 // to 0 before Nomad stops the last allocation and deregisters its service,
 // so the stand-in, registered passing, is in the catalog before the last
-// real instance leaves it. It is pure: the keeper feeds it the catalog.
-func standInWanted(revs []catalog.Revision, ready func(revision string) int) map[string]string {
-	want := map[string]string{}
+// real instance leaves it. A partial revision (its job not read yet, so
+// its tags unknown) is in neither set: the keeper neither registers nor
+// removes its stand-in until its job is read. It is pure: the keeper feeds
+// it the catalog.
+func standInWanted(revs []catalog.Revision, ready func(revision string) int) (want map[string]string, undecided map[string]bool) {
+	want = map[string]string{}
 	for _, r := range revs {
+		if r.Partial {
+			if undecided == nil {
+				undecided = map[string]bool{}
+			}
+			undecided[r.Name] = true
+			continue
+		}
 		if r.Desired == 0 || ready(r.Name) == 0 {
 			want[r.Name] = r.Service
 		}
 	}
-	return want
+	return want, undecided
 }
 
 // orphanedStandInNodes picks the stand-in nodes whose replica is no
@@ -176,7 +186,7 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			nextSweep = time.Now().Add(standInSweepEvery)
 		}
 		passStart := time.Now()
-		want := standInWanted(cat.Revisions(), ready)
+		want, undecided := standInWanted(cat.Revisions(), ready)
 		revs := make([]string, 0, len(want))
 		for rev := range want {
 			if !registered[rev] {
@@ -192,7 +202,7 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			registered[rev] = true
 		}
 		for rev := range registered {
-			if _, ok := want[rev]; ok {
+			if _, ok := want[rev]; ok || undecided[rev] {
 				continue
 			}
 			if err := src.DeregisterStandIn(ctx, rev); err != nil {
