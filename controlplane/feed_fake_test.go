@@ -260,7 +260,9 @@ func TestNewLeaderDecidesNothingBeforeTheJobIsRead(t *testing.T) {
 	cat := catalog.New()
 	listed := make(chan struct{})
 	done := make(chan error, 2)
-	go func() { done <- feedNomad(ctx, nc, cat, newRevisionTags(), nil, func() { close(listed) }, nil, quietLog) }()
+	go func() {
+		done <- feedNomad(ctx, nc, cat, newRevisionTags(), nil, func() { close(listed) }, nil, quietLog)
+	}()
 	<-listed
 	// Both instances pass (no Consul feed here: set by hand).
 	cat.SetReady("busy-00001", []consulroute.Instance{{ID: "i1", Revision: "busy-00001"}, {ID: "i2", Revision: "busy-00001"}})
