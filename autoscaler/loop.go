@@ -167,9 +167,19 @@ func (l *loop) tick(ctx context.Context, revs []catalog.Revision, full bool) {
 	}
 	for i := range revs {
 		r := &revs[i]
+		if r.Partial {
+			// Its scaling is not read yet (serve's start lists revisions
+			// before it reads their jobs): no decision, so no min applied
+			// on a placeholder and no scale-down of a running revision on
+			// windows that do not exist. Its count stays Nomad's; a wake
+			// raises it at least to one (Waker). Once read it starts
+			// afresh, as after a leader failover: no data keeps the count.
+			continue
+		}
+		pos := len(order)
 		var st *revState
-		if i < len(prev) && prev[i].name == r.Name {
-			st = prev[i] // same position as last tick: no map lookup
+		if pos < len(prev) && prev[pos].name == r.Name {
+			st = prev[pos] // same position as last tick: no map lookup
 		} else {
 			st = l.revs[r.Name]
 		}

@@ -141,6 +141,18 @@ func (w *Waker) Wake(ctx context.Context, replica string, d Demand) error {
 			return errors.Join(rerr, err)
 		}
 		return nil
+	case unread:
+		// No decision waits for it (the autoscaler skips a revision it
+		// cannot read the scaling of yet, here or on the leader): raise
+		// it here at once, and tell the leader too, whose catalog may
+		// hold it whole (its decision takes it to the activation scale).
+		rerr := w.raise(ctx, replica, d, n)
+		hctx, cancel := context.WithTimeout(ctx, w.cfg.HandOff)
+		if err := w.cfg.Next.Wake(hctx, replica, d); err != nil {
+			w.log.Debug("wake of a revision not read yet not passed on to the leader", "revision", d.Revision, "err", err)
+		}
+		cancel()
+		return rerr
 	case awake:
 		if err := w.cfg.Next.Wake(ctx, replica, d); err != nil {
 			w.log.Debug("wake not passed on to the leader (the revision's count is up already)", "revision", d.Revision, "err", err)
@@ -162,10 +174,10 @@ func (w *Waker) ReportDemand(ctx context.Context, replica string, demand []Deman
 			continue
 		}
 		c, n := w.look(d.Revision)
-		if c != atZero {
+		if c != atZero && c != unread {
 			continue
 		}
-		if err == nil && !w.overdue(d.Revision) {
+		if c == atZero && err == nil && !w.overdue(d.Revision) {
 			continue
 		}
 		// The report's context ends with the call; the raise has its own.
@@ -196,16 +208,21 @@ const (
 	leading
 	// unknown: not in this replica's catalog (yet).
 	unknown
+	// unread: at zero as far as Nomad's job listing says, its job (so its
+	// scaling) not read yet (catalog.Revision.Partial): whichever replica
+	// leads, no decision waits for it; this replica raises it to n (1).
+	unread
 )
 
 // look tells where a revision is, from the catalog's count and the raises
 // this Waker made, and the count a raise would set (the activation scale,
 // at most max).
 func (w *Waker) look(revision string) (where, int) {
-	if l := w.cfg.Local; l != nil && l.Leading() {
+	r, known := lookupRevision(w.cfg.Revisions, revision)
+	partial := known && r.Partial
+	if l := w.cfg.Local; l != nil && l.Leading() && !partial {
 		return leading, 0
 	}
-	r, known := lookupRevision(w.cfg.Revisions, revision)
 	if !known {
 		return unknown, 0
 	}
@@ -221,6 +238,11 @@ func (w *Waker) look(revision string) (where, int) {
 	}
 	if st.inFlight || (!st.raisedAt.IsZero() && now.Sub(st.raisedAt) < w.cfg.Recent) {
 		return awake, 0
+	}
+	if partial {
+		// The activation scale is not known: one instance, which any
+		// decision would want at least; never lowers a count (Raiser).
+		return unread, 1
 	}
 	s := effectiveScaling(r.Scaling)
 	n := s.ActivationScale

@@ -94,6 +94,15 @@ func (m *memNext) Wakes() int {
 	return len(m.wakes)
 }
 
+// partialRevision is a revision as serve's first listing puts it in the
+// catalog: its scaling a placeholder, its count the summary's instances.
+func partialRevision(name string, instances int) catalog.Revision {
+	r := testRevision(name, instances, nil)
+	r.Scaling = spec.DefaultScaling()
+	r.Partial = true
+	return r
+}
+
 var errLeaderGone = errors.New("POST /v1/autoscaler/wake: connection refused")
 
 // Every wake rule, as a table: whether the replica raises the revision
@@ -128,6 +137,17 @@ func TestWakerRules(t *testing.T) {
 			count: 1},
 		{name: "this replica leads: its autoscaler decides, nothing raised here", rev: testRevision("hello-00001", 0, nil), known: true, leading: true,
 			count: 0},
+		// A revision listed but its job not read yet (a replica just
+		// started, or the new leader after a failover): no decision waits
+		// for it anywhere, so it is raised here at once, to 1 (its
+		// activation scale is not known), whoever leads, and the leader
+		// hears of the wake too.
+		{name: "listed, job not read, at zero: raised here to 1 at once though the leader takes the wake", rev: partialRevision("hello-00001", 0), known: true,
+			raisedTo: 1, count: 1},
+		{name: "listed, job not read, at zero, this replica leads: raised here to 1", rev: partialRevision("hello-00001", 0), known: true, leading: true,
+			raisedTo: 1, count: 1},
+		{name: "listed, job not read, with instances: nothing raised", rev: partialRevision("hello-00001", 2), known: true, leading: true,
+			count: 2},
 		{name: "unknown here: left to the leader", rev: testRevision("hello-00001", 0, nil),
 			count: -1},
 		{name: "unknown here and the leader gone: failed", rev: testRevision("hello-00001", 0, nil), next: errLeaderGone,

@@ -44,6 +44,17 @@ type Revision struct {
 	// requests named for it by X-Serverless-Revision can reach it, and a
 	// request at zero wakes it.
 	Unreachable bool `json:"unreachable,omitempty"`
+	// Partial is true while only what Nomad's job listing carries is
+	// known of the revision (serve's first phase at start, or a revision
+	// that changed while the event stream was down): name, service,
+	// namespace, generation, concurrency and timeout from the job's meta.
+	// Scaling is then spec.DefaultScaling() as a placeholder, Desired the
+	// instances the job summary counts (running, starting, queued), and
+	// its Consul tags are unknown. The read of the job replaces it within
+	// seconds; until then the autoscaler does not decide the revision,
+	// the stand-in keeper leaves its stand-in as it is, and a wake raises
+	// it to at least one instance (never lowering a count).
+	Partial bool `json:"partial,omitempty"`
 }
 
 // Allocation is one Nomad allocation of a revision, with the sidecar's ports
@@ -108,6 +119,7 @@ type Catalog struct {
 	// changed since it last read (ChangedSince).
 	version, logStart uint64
 	log               []change
+	partial int // revisions with Partial set
 }
 
 // New returns an empty catalog.
@@ -203,8 +215,15 @@ func (c *Catalog) SetRevision(r Revision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r.Unreachable = false // worked out on every read, never stored
-	if old, ok := c.revisions[r.Name]; ok && reflect.DeepEqual(old, r) {
+	old, ok := c.revisions[r.Name]
+	if ok && reflect.DeepEqual(old, r) {
 		return
+	}
+	if ok && old.Partial {
+		c.partial--
+	}
+	if r.Partial {
+		c.partial++
 	}
 	c.revisions[r.Name] = r
 	c.notify(r.Name, "")
@@ -214,6 +233,9 @@ func (c *Catalog) SetRevision(r Revision) {
 func (c *Catalog) DeleteRevision(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if old, ok := c.revisions[name]; ok && old.Partial {
+		c.partial--
+	}
 	delete(c.revisions, name)
 	delete(c.ready, name)
 	for id := range c.allocs[name] {
@@ -310,6 +332,14 @@ func (c *Catalog) Revision(name string) (Revision, bool) {
 		r.Unreachable = !c.reachable(r, c.newestRouted(r.Service))
 	}
 	return r, ok
+}
+
+// PartialRevisions counts the revisions whose job is not read yet
+// (Revision.Partial).
+func (c *Catalog) PartialRevisions() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.partial
 }
 
 // Revisions returns every revision, sorted by name. The slice is shared by

@@ -132,3 +132,20 @@ func TestAllocationsOfOneRevisionSorted(t *testing.T) {
 		t.Error("setting a deleted allocation again did not fire Changed")
 	}
 }
+
+func TestPartialRevisionsCounted(t *testing.T) {
+	c := New()
+	c.SetRevision(Revision{Name: "a-00001", Partial: true})
+	c.SetRevision(Revision{Name: "b-00001", Partial: true})
+	c.SetRevision(Revision{Name: "c-00001"})
+	if n := c.PartialRevisions(); n != 2 {
+		t.Fatalf("%d partial, want 2", n)
+	}
+	c.SetRevision(Revision{Name: "a-00001", Desired: 1}) // its job read
+	c.SetRevision(Revision{Name: "c-00001", Partial: true})
+	c.DeleteRevision("b-00001")
+	c.DeleteRevision("nope-00001")
+	if n := c.PartialRevisions(); n != 1 {
+		t.Errorf("%d partial, want 1 (c-00001)", n)
+	}
+}

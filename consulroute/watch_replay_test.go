@@ -66,8 +66,8 @@ func waitHeld(t *testing.T, held <-chan struct{}) {
 // more.
 func TestWatchPassingFollowsEveryRevisionInOneQuery(t *testing.T) {
 	c, replay, held := blockingReplay(t, "26",
-		fx(t, "063-health-state-any-filtered-by-name.json"),
-		fx(t, "064-health-state-any-filtered-by-name-node-maintenance.json"))
+		fx(t, "064-health-state-any-filtered-by-name.json"),
+		fx(t, "065-health-state-any-filtered-by-name-node-maintenance.json"))
 	ctx, cancel := context.WithCancel(ctxTimeout(t, 20*time.Second))
 	defer cancel()
 	var mu sync.Mutex
@@ -196,7 +196,7 @@ func TestWatchArgumentsValidated(t *testing.T) {
 }
 
 func TestWatchResetsIndexThatWentBackwards(t *testing.T) {
-	first := fx(t, "063-health-state-any-filtered-by-name.json") // index 25
+	first := fx(t, "064-health-state-any-filtered-by-name.json") // index 25
 	filter := url.Values(first.Request.Query).Get("filter")
 	back := synthetic("index went backwards (snapshot restore)", "GET", "/v1/health/state/any",
 		map[string]string{"filter": filter, "index": "25"}, 200, "5", []any{})

@@ -64,7 +64,7 @@ func startAdminReplica(t *testing.T, ctx context.Context, c *fakecluster.Cluster
 	}
 	r.admin = httptest.NewServer(h)
 	t.Cleanup(r.admin.Close)
-	go func() { _ = feedNomad(ctx, nc, r.cat, newRevisionTags(), nil, nil, quietLog) }()
+	go func() { _ = feedNomad(ctx, nc, r.cat, newRevisionTags(), nil, nil, nil, quietLog) }()
 	go func() { _ = r.keys.follow(ctx, consul) }()
 	return r
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
@@ -20,12 +22,13 @@ import (
 
 // nomadSource is what the Nomad feeder needs (nomadjob.Client).
 type nomadSource interface {
-	AllRevisions(ctx context.Context) ([]nomadjob.RevisionStatus, uint64, error)
+	ListRevisions(ctx context.Context) ([]nomadjob.RevisionStub, uint64, error)
+	Revision(ctx context.Context, revision string) (nomadjob.RevisionInfo, error)
 	Allocations(ctx context.Context, revision string) ([]nomadjob.Allocation, error)
 	StreamEvents(ctx context.Context, since uint64, fn func(nomadjob.Event)) (uint64, error)
 }
 
-// catalogRevision converts what Nomad says of a revision job.
+// catalogRevision converts what Nomad's job says of a revision.
 func catalogRevision(r nomadjob.RevisionInfo) catalog.Revision {
 	return catalog.Revision{
 		Name: r.Name, Service: r.Service, Namespace: r.Namespace, Generation: r.Generation,
@@ -34,9 +37,24 @@ func catalogRevision(r nomadjob.RevisionInfo) catalog.Revision {
 	}
 }
 
+// partialRevision converts what the job listing says of a revision: its
+// scaling is a placeholder and its count the instances the summary counts
+// (catalog.Revision.Partial).
+func partialRevision(s nomadjob.RevisionStub) catalog.Revision {
+	return catalog.Revision{
+		Name: s.Name, Service: s.Service, Namespace: s.Namespace, Generation: s.Generation,
+		Concurrency: s.Concurrency, Timeout: s.Timeout, Scaling: spec.DefaultScaling(),
+		Desired: s.Running + s.Starting + s.Queued, Partial: true,
+	}
+}
+
 // streamResetAfter: a stream that stayed open this long starts the
 // reconnect backoff over.
 const streamResetAfter = 30 * time.Second
+
+// fullReadConcurrency bounds the job reads of the second phase (and the
+// allocation reads of the first) at once.
+const fullReadConcurrency = 4
 
 // feedNomad keeps the catalog equal to Nomad: it lists every revision and
 // its allocations, then follows Nomad's event stream from the listing's
@@ -47,26 +65,64 @@ const streamResetAfter = 30 * time.Second
 // was down) would stay missing until serve restarts. It returns ctx's
 // error, or an error Nomad will keep giving (a permission error).
 //
-// listed, when not nil, is called once, after the first listing is in the
-// catalog: from then on a revision missing from it is one Nomad does not
-// run (the stand-in keeper waits for that before it removes anything).
+// A listing is two phases (issue 45: reading every job took 40 s at
+// 10,000 revisions before the gateway could route any). The first is one
+// listing of Nomad's jobs with their meta, and the allocations of the
+// revisions whose summary shows instances: every revision goes into the
+// catalog with what routing needs (catalog.Revision.Partial), and the
+// gateway routes at once. The second reads, in the background and a few
+// at a time, the job of every revision the catalog holds only partly (the
+// ones with instances first), for its scaling and tags; an event of the
+// revision met meanwhile makes its read unneeded. A revision the catalog
+// already holds whole, whose job has not changed since (the same job
+// modify index), is kept as it is: a listing after the stream broke reads
+// only the jobs that changed.
+//
+// listed, when not nil, is called once, after the first phase of the
+// first listing is in the catalog: from then on a revision missing from it
+// is one Nomad does not run (the stand-in keeper waits for that before it
+// removes anything). read, when not nil, is called once, when the second
+// phase of the first listing is done: every revision is then whole.
 //
 // wakes, when not nil, hears of the events that time a wake (noteWake).
-func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, wakes wakeNotes, listed func(), log *slog.Logger) error {
+func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, wakes wakeNotes, listed, read func(), log *slog.Logger) error {
+	known := newJobReads()
 	for attempt := 0; ; {
-		since, err := listNomad(ctx, src, cat, tags, log)
+		start := time.Now()
+		since, pending, err := listNomad(ctx, src, cat, tags, known, log)
 		if err != nil {
 			return err
 		}
 		if listed != nil {
+			log.Info("Nomad's revisions are in the catalog; reading their jobs in the background for scaling and tags",
+				"revisions", len(cat.Revisions()), "to_read", len(pending), "took", time.Since(start).Round(time.Millisecond))
 			listed()
 			listed = nil
 		}
+		readCtx, stopReads := context.WithCancel(ctx)
+		readsDone := make(chan bool, 1) // true: every pending job was read
+		go func(done func()) {
+			readStart := time.Now()
+			n := readJobs(readCtx, src, cat, tags, known, pending, log)
+			whole := readCtx.Err() == nil
+			if whole && len(pending) > 0 {
+				log.Info("read the jobs of the revisions listed", "revisions", n, "took", time.Since(readStart).Round(time.Millisecond))
+			}
+			if whole && done != nil {
+				done()
+			}
+			readsDone <- whole
+		}(read)
 		opened := time.Now()
 		next, err := src.StreamEvents(ctx, since, func(ev nomadjob.Event) {
 			noteWake(cat, wakes, ev)
-			applyNomadEvent(cat, tags, ev)
+			applyNomadEvent(cat, tags, known, ev)
 		})
+		// A listing again (or the end) takes over what is left to read.
+		stopReads()
+		if <-readsDone {
+			read = nil
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -85,94 +141,295 @@ func feedNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags 
 	}
 }
 
-// listNomad lists every revision and its allocations into the catalog,
-// removing what Nomad no longer has, and returns the listing's index. It
-// retries until the listing succeeds or ctx ends.
-func listNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, log *slog.Logger) (uint64, error) {
+// jobReads is which revisions of the catalog are whole (their job read, or
+// their last event applied) and which partial, each with the job modify
+// index it was known at. It is safe for concurrent use: the event stream
+// and the second phase's reads both set revisions, under its lock, so a
+// read never overwrites what a newer event set.
+type jobReads struct {
+	mu      sync.Mutex
+	whole   map[string]uint64
+	partial map[string]uint64
+}
+
+func newJobReads() *jobReads {
+	return &jobReads{whole: map[string]uint64{}, partial: map[string]uint64{}}
+}
+
+// pendingRead is a revision whose job the second phase reads.
+type pendingRead struct {
+	name      string
+	instances bool // the summary shows instances: read first
+}
+
+// listNomad runs the first phase of a listing: one listing of the jobs
+// with meta, and the allocations of the revisions that have instances, into
+// the catalog, removing what Nomad no longer has. It returns the listing's
+// index and the revisions whose job the second phase must read. It retries
+// until the listing succeeds or ctx ends.
+func listNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, known *jobReads, log *slog.Logger) (uint64, []pendingRead, error) {
 	for attempt := 0; ; attempt++ {
-		revs, idx, err := src.AllRevisions(ctx)
+		stubs, idx, err := src.ListRevisions(ctx)
 		if err == nil {
-			reconcileNomad(ctx, src, cat, tags, revs, log)
-			return idx, nil
+			var pending []pendingRead
+			if pending, err = reconcileNomad(ctx, src, cat, tags, known, stubs, log); err == nil {
+				return idx, pending, nil
+			}
 		}
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
 		log.Warn("list revisions from Nomad; retrying", "err", err)
 		if !sleepCtx(ctx, backoffStep(attempt)) {
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
 	}
 }
 
 // reconcileNomad makes the catalog's revisions and allocations those of a
-// listing. A revision whose allocations could not be read keeps the ones
-// the catalog has.
-func reconcileNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, revs []nomadjob.RevisionStatus, log *slog.Logger) {
+// listing (the first phase) and returns the revisions whose job is still
+// to read, those with instances first. A revision whose allocations could
+// not be read keeps the ones the catalog has. A stub without meta (a Nomad
+// older than 1.6) has its job read here, before the catalog counts as
+// listed; it fails only when such a read fails and may succeed later.
+func reconcileNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, known *jobReads, stubs []nomadjob.RevisionStub, log *slog.Logger) ([]pendingRead, error) {
 	listed := map[string]bool{}
-	for _, r := range revs {
-		if r.Stopped {
+	var pending []pendingRead
+	var withInstances, noMeta []nomadjob.RevisionStub
+	known.mu.Lock()
+	for _, s := range stubs {
+		if s.Stopped {
 			continue
 		}
-		listed[r.Name] = true
-		tags.set(r.Name, r.ServiceTags)
-		cat.SetRevision(catalogRevision(r.RevisionInfo))
-		var allocs []nomadjob.Allocation
-		if !atRest(r) {
-			var err error
-			if allocs, err = src.Allocations(ctx, r.Name); err != nil {
-				log.Warn("list allocations", "revision", r.Name, "err", err)
-				continue
+		listed[s.Name] = true
+		if !s.AtRest() {
+			withInstances = append(withInstances, s)
+		}
+		if !s.MetaListed {
+			noMeta = append(noMeta, s)
+			continue
+		}
+		if idx, ok := known.whole[s.Name]; ok && idx == s.JobModifyIndex {
+			if _, in := cat.Revision(s.Name); in {
+				continue // whole, and its job has not changed since
 			}
 		}
-		live := map[string]bool{}
-		for _, a := range allocs {
-			if a.Stopped() {
-				continue
-			}
-			live[a.ID] = true
-			cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
-				Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running, Starting: a.Starting()})
-		}
-		for _, a := range cat.Allocations(r.Name) {
-			if !live[a.ID] {
-				cat.DeleteAllocation(a.ID)
-			}
+		delete(known.whole, s.Name)
+		known.partial[s.Name] = s.JobModifyIndex
+		cat.SetRevision(partialRevision(s))
+		pending = append(pending, pendingRead{name: s.Name, instances: !s.AtRest()})
+	}
+	for name := range known.whole {
+		if !listed[name] {
+			delete(known.whole, name)
 		}
 	}
+	for name := range known.partial {
+		if !listed[name] {
+			delete(known.partial, name)
+		}
+	}
+	known.mu.Unlock()
 	for _, r := range cat.Revisions() {
 		if !listed[r.Name] {
 			cat.DeleteRevision(r.Name)
 			tags.delete(r.Name)
 		}
 	}
+
+	// Jobs the listing had no meta of, then allocations, a few at a time.
+	errs := make([]error, len(noMeta))
+	eachBounded(len(noMeta), func(i int) {
+		s := noMeta[i]
+		info, err := src.Revision(ctx, s.Name)
+		switch {
+		case errors.Is(err, nomadjob.ErrNotFound):
+		case err != nil && (nomadjob.IsTransient(err) || ctx.Err() != nil):
+			errs[i] = err
+		case err != nil:
+			log.Warn("skip a revision whose job cannot be read", "revision", s.Name, "err", err)
+		default:
+			known.setWhole(cat, tags, info)
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	eachBounded(len(withInstances), func(i int) {
+		readAllocations(ctx, src, cat, withInstances[i].Name, log)
+	})
+	for _, s := range stubs {
+		if !s.Stopped && s.AtRest() {
+			for _, a := range cat.Allocations(s.Name) {
+				cat.DeleteAllocation(a.ID)
+			}
+		}
+	}
+	// Revisions with instances first: the autoscaler waits for them.
+	sort.SliceStable(pending, func(i, j int) bool { return pending[i].instances && !pending[j].instances })
+	return pending, nil
 }
 
-// atRest reports whether the listing says a revision has nothing to route
-// to: count 0, and no instance running, starting or queued in its job
-// summary. Its allocations are not read: most revisions of a big cluster
-// sit at zero, and one read each made serve's start cost a request per
-// revision (issue 45).
-func atRest(r nomadjob.RevisionStatus) bool {
-	return r.Count == 0 && r.Running+r.Starting+r.Queued == 0
+// readAllocations makes the catalog's allocations of a revision Nomad's.
+func readAllocations(ctx context.Context, src nomadSource, cat *catalog.Catalog, revision string, log *slog.Logger) {
+	allocs, err := src.Allocations(ctx, revision)
+	if err != nil {
+		log.Warn("list allocations", "revision", revision, "err", err)
+		return
+	}
+	live := map[string]bool{}
+	for _, a := range allocs {
+		if a.Stopped() {
+			continue
+		}
+		live[a.ID] = true
+		cat.SetAllocation(catalog.Allocation{ID: a.ID, Revision: a.Revision, Address: a.Address,
+			Port: a.HTTPPort, AdminPort: a.AdminPort, Running: a.Running, Starting: a.Starting()})
+	}
+	for _, a := range cat.Allocations(revision) {
+		if !live[a.ID] {
+			cat.DeleteAllocation(a.ID)
+		}
+	}
+}
+
+// eachBounded calls f(0) ... f(n-1), fullReadConcurrency at a time, and
+// returns when every call has.
+func eachBounded(n int, f func(i int)) {
+	sem := make(chan struct{}, fullReadConcurrency)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
+}
+
+// readJobs is the second phase: it reads the job of every pending
+// revision, fullReadConcurrency at a time, and makes it whole in the
+// catalog unless an event did meanwhile. A read that fails is tried again
+// (with backoff) until it succeeds or ctx ends. It returns how many
+// revisions it made whole.
+func readJobs(ctx context.Context, src nomadSource, cat *catalog.Catalog, tags *revisionTags, known *jobReads, pending []pendingRead, log *slog.Logger) int {
+	var made atomic.Int64
+	for attempt := 0; len(pending) > 0; attempt++ {
+		failed := make([]bool, len(pending))
+		eachBounded(len(pending), func(i int) {
+			name := pending[i].name
+			if !known.isPartial(name) || ctx.Err() != nil {
+				return // an event made it whole, or it is gone
+			}
+			info, err := src.Revision(ctx, name)
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, nomadjob.ErrNotFound):
+				known.setGone(cat, tags, name) // purged since the listing
+			case err != nil && nomadjob.IsTransient(err):
+				failed[i] = true
+			case err != nil:
+				// Malformed: it stays partial, routed on what its meta
+				// says, and never scaled; say so.
+				log.Warn("read a revision's job: it stays without its scaling and tags", "revision", name, "err", err)
+			default:
+				if known.setRead(cat, tags, info) {
+					made.Add(1)
+				} else if known.isPartial(name) {
+					failed[i] = true // read an older job than listed: again
+				}
+			}
+		})
+		if ctx.Err() != nil {
+			return int(made.Load())
+		}
+		var again []pendingRead
+		for i, f := range failed {
+			if f {
+				again = append(again, pending[i])
+			}
+		}
+		if len(again) > 0 {
+			wait := backoffStep(attempt)
+			log.Warn("read revisions' jobs; retrying", "revisions", len(again), "retry_in", wait)
+			if !sleepCtx(ctx, wait) {
+				return int(made.Load())
+			}
+		}
+		pending = again
+	}
+	return int(made.Load())
+}
+
+func (k *jobReads) isPartial(name string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.partial[name]
+	return ok
+}
+
+// setRead makes a read job's revision whole in the catalog if it is still
+// partial there and the job is at least as new as the listing that made it
+// so. It reports whether it did.
+func (k *jobReads) setRead(cat *catalog.Catalog, tags *revisionTags, info nomadjob.RevisionInfo) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	idx, ok := k.partial[info.Name]
+	if !ok || info.JobModifyIndex < idx {
+		return false
+	}
+	if _, in := cat.Revision(info.Name); !in {
+		delete(k.partial, info.Name)
+		return false
+	}
+	k.setWholeLocked(cat, tags, info)
+	return true
+}
+
+// setWhole sets a revision from its whole job (an event's, or a read).
+func (k *jobReads) setWhole(cat *catalog.Catalog, tags *revisionTags, info nomadjob.RevisionInfo) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.setWholeLocked(cat, tags, info)
+}
+
+func (k *jobReads) setWholeLocked(cat *catalog.Catalog, tags *revisionTags, info nomadjob.RevisionInfo) {
+	delete(k.partial, info.Name)
+	if info.Stopped {
+		delete(k.whole, info.Name)
+		cat.DeleteRevision(info.Name)
+		tags.delete(info.Name)
+		return
+	}
+	k.whole[info.Name] = info.JobModifyIndex
+	// Tags first: the stand-in keeper reacts to the catalog's change.
+	tags.set(info.Name, info.ServiceTags)
+	cat.SetRevision(catalogRevision(info))
+}
+
+// setGone forgets a revision Nomad no longer has.
+func (k *jobReads) setGone(cat *catalog.Catalog, tags *revisionTags, name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.partial, name)
+	delete(k.whole, name)
+	cat.DeleteRevision(name)
+	tags.delete(name)
 }
 
 // applyNomadEvent folds one Nomad event into the catalog (and the
-// revisions' tags, for their stand-ins).
-func applyNomadEvent(cat *catalog.Catalog, tags *revisionTags, ev nomadjob.Event) {
+// revisions' tags, for their stand-ins). An event carries the whole job:
+// the revision is whole from then on. known may be nil (benchmarks).
+func applyNomadEvent(cat *catalog.Catalog, tags *revisionTags, known *jobReads, ev nomadjob.Event) {
+	if known == nil {
+		known = newJobReads()
+	}
 	switch ev.Kind {
 	case nomadjob.EventRevisionRegistered, nomadjob.EventRevisionUpdated:
-		if ev.Revision.Stopped {
-			cat.DeleteRevision(ev.Revision.Name)
-			tags.delete(ev.Revision.Name)
-			return
-		}
-		// Tags first: the stand-in keeper reacts to the catalog's change.
-		tags.set(ev.Revision.Name, ev.Revision.ServiceTags)
-		cat.SetRevision(catalogRevision(ev.Revision))
+		known.setWhole(cat, tags, ev.Revision)
 	case nomadjob.EventRevisionDeregistered:
-		cat.DeleteRevision(ev.Revision.Name)
-		tags.delete(ev.Revision.Name)
+		known.setGone(cat, tags, ev.Revision.Name)
 	case nomadjob.EventAllocationUpdated:
 		a := ev.Allocation
 		switch {

@@ -8,7 +8,9 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
+	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/fakecluster"
@@ -19,10 +21,20 @@ import (
 // shape for the feeder, no sidecar to wait for.
 func sleepingRevision(t *testing.T, service string, gen, count int) *nomadapi.Job {
 	t.Helper()
+	return sleepingRevisionScaled(t, service, gen, count, nil)
+}
+
+// sleepingRevisionScaled is sleepingRevision with its scaling changed by
+// mod.
+func sleepingRevisionScaled(t *testing.T, service string, gen, count int, mod func(*spec.Scaling)) *nomadapi.Job {
+	t.Helper()
 	svc := spec.NewService(service)
 	svc.Template.Task.Driver = "raw_exec"
 	svc.Template.Task.Config = map[string]any{"command": "/bin/sh"}
 	svc.Scaling.Min, svc.Scaling.Max, svc.Scaling.Initial = 0, 30, count
+	if mod != nil {
+		mod(&svc.Scaling)
+	}
 	job, err := nomadjob.Compile(spec.NewRevision(&svc, gen), nomadjob.Options{Sidecar: nomadjob.SidecarOptions{Command: "/bin/sh"}})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +65,7 @@ func TestFeedNomadCatchesUpAfterLosingEvents(t *testing.T) {
 	}
 	cat := catalog.New()
 	done := make(chan error, 1)
-	go func() { done <- feedNomad(ctx, nc, cat, newRevisionTags(), nil, nil, quietLog) }()
+	go func() { done <- feedNomad(ctx, nc, cat, newRevisionTags(), nil, nil, nil, quietLog) }()
 	defer func() {
 		cancel()
 		<-done
@@ -71,6 +83,9 @@ func TestFeedNomadCatchesUpAfterLosingEvents(t *testing.T) {
 	if err := c.Nomad.Up(); err != nil {
 		t.Fatal(err)
 	}
+	// The feed's job reads leave keep-alive connections to the Nomad that
+	// went down; a register (a PUT, not retried) must not pick one.
+	nc.API().Close()
 	if _, err := nc.Register(ctx, sleepingRevision(t, "second", 1, 2), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -141,4 +156,140 @@ func waitAllocs(t *testing.T, c *fakecluster.Cluster, job string, n int) {
 		}
 		return run == n && busy == 0, fmt.Sprintf("%d running, %d pending or stopping", run, busy)
 	})
+}
+
+// Against the fake cluster's Nomad (real HTTP, the real client): the
+// catalog is listed, every revision routable with its meta's fields,
+// while no job can be read at all; once they can, every revision is whole.
+func TestFeedNomadListsWithoutReadingJobs(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1, RescheduleDelay: time.Hour, HeartbeatInterval: time.Second})
+	nc, err := nomadjob.NewClient(c.Nomad.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetLogger(quietLog)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i, count := range []int{0, 0, 1} {
+		if _, err := nc.Register(ctx, sleepingRevision(t, fmt.Sprintf("svc%d", i), 1, count), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAllocs(t, c, "svc2-00001", 1)
+	// Job reads fail (a GET of /v1/job/<id>, allocations included); the
+	// listing (/v1/jobs) does not.
+	c.Nomad.SetFault(fakecluster.Fault{Status: 500, PathPrefix: "/v1/job/", Method: "GET"})
+	cat, tags := catalog.New(), newRevisionTags()
+	listed, read := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- feedNomad(ctx, nc, cat, tags, nil, func() { close(listed) }, func() { close(read) }, quietLog)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case <-listed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not listed while jobs cannot be read")
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("svc%d-00001", i)
+		r, ok := cat.Revision(name)
+		if !ok || !r.Partial || r.Service != fmt.Sprintf("svc%d", i) || r.Namespace != "default" || r.Timeout != spec.DefaultTimeout || r.Generation != 1 {
+			t.Errorf("%s listed as %+v, %v", name, r, ok)
+		}
+	}
+	if r, _ := cat.Revision("svc2-00001"); r.Desired != 1 {
+		t.Errorf("svc2-00001 desired %d, want the summary's 1 running", r.Desired)
+	}
+	select {
+	case <-read:
+		t.Fatal("read said done while no job could be read")
+	default:
+	}
+	c.Nomad.SetFault(fakecluster.Fault{})
+	select {
+	case <-read:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the jobs were never read")
+	}
+	for _, r := range cat.Revisions() {
+		if r.Partial || r.Scaling.Max != 30 {
+			t.Errorf("%s after its read: %+v", r.Name, r)
+		}
+	}
+	if r, _ := cat.Revision("svc2-00001"); r.Desired != 1 {
+		t.Errorf("svc2-00001 desired %d, want its job's 1", r.Desired)
+	}
+}
+
+// busyScraper says every instance has 200 requests in flight, all along.
+type busyScraper struct{}
+
+func (busyScraper) Scrape(_ context.Context, inst consulroute.Instance) (spec.Stats, error) {
+	return spec.Stats{Revision: inst.Revision, Instance: inst.ID, IntervalSeconds: 1, AverageConcurrency: 200, InFlight: 200}, nil
+}
+
+// The gap a new leader starts in: its catalog is listed (routable) but
+// the jobs are not read, and it runs the autoscaler at once. A running
+// revision of two instances, each with 200 requests in flight, wants two
+// by its own scaling (target 1,000 an instance at 100 %); by the
+// placeholder's (target 100 at 70 %) it would be raised to six at once
+// (panic). While its job cannot be read it is not touched; once read, it
+// is decided by its own scaling: kept at 2.
+func TestNewLeaderDecidesNothingBeforeTheJobIsRead(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{ShutdownDelay: -1, RescheduleDelay: time.Hour, HeartbeatInterval: time.Second})
+	nc, err := nomadjob.NewClient(c.Nomad.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetLogger(quietLog)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	job := sleepingRevisionScaled(t, "busy", 1, 2, func(s *spec.Scaling) {
+		s.Target, s.Utilization, s.Window = 1000, 100, 2*time.Second
+	})
+	if _, err := nc.Register(ctx, job, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitAllocs(t, c, "busy-00001", 2)
+	c.Nomad.SetFault(fakecluster.Fault{Status: 500, PathPrefix: "/v1/job/busy-00001", Method: "GET"})
+
+	cat := catalog.New()
+	listed := make(chan struct{})
+	done := make(chan error, 2)
+	go func() {
+		done <- feedNomad(ctx, nc, cat, newRevisionTags(), nil, func() { close(listed) }, nil, quietLog)
+	}()
+	<-listed
+	// Both instances pass (no Consul feed here: set by hand).
+	cat.SetReady("busy-00001", []consulroute.Instance{{ID: "i1", Revision: "busy-00001"}, {ID: "i2", Revision: "busy-00001"}})
+	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: nc, Scraper: busyScraper{}, Tick: 200 * time.Millisecond, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- auto.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+		<-done
+	}()
+	time.Sleep(3 * time.Second) // 15 ticks, a window and more
+	if n, _ := c.Nomad.Count("default", "busy-00001", "app"); n != 2 {
+		t.Fatalf("count %d while the job could not be read, want 2 untouched", n)
+	}
+	if r, _ := cat.Revision("busy-00001"); !r.Partial {
+		t.Fatalf("busy-00001 = %+v, want partial", r)
+	}
+	c.Nomad.SetFault(fakecluster.Fault{})
+	eventually(t, 30*time.Second, "the autoscaler decides busy-00001 once its job is read", func() (bool, string) {
+		_, known := auto.ExcessBurstCapacity("busy-00001")
+		return known, "no decision published"
+	})
+	time.Sleep(time.Second) // 5 ticks more
+	if n, _ := c.Nomad.Count("default", "busy-00001", "app"); n != 2 {
+		t.Errorf("count %d once read, want its own scaling's 2", n)
+	}
 }

@@ -37,14 +37,55 @@ type fakeNomadSource struct {
 	events []nomadjob.Event
 	since  chan uint64
 	failN  int
+	lists  int
+	read   []string // revisions whose job was read
+	// readGate, when set, holds every job read until it is closed.
+	readGate chan struct{}
 }
 
-func (f *fakeNomadSource) AllRevisions(context.Context) ([]nomadjob.RevisionStatus, uint64, error) {
+func (f *fakeNomadSource) ListRevisions(context.Context) ([]nomadjob.RevisionStub, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.failN > 0 {
 		f.failN--
 		return nil, 0, errors.New("connection refused")
 	}
-	return f.revs, 42, nil
+	f.lists++
+	return stubsOf(f.revs), 42, nil
+}
+
+func (f *fakeNomadSource) Revision(_ context.Context, name string) (nomadjob.RevisionInfo, error) {
+	f.mu.Lock()
+	f.read = append(f.read, name)
+	gate := f.readGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.revs {
+		if r.Name == name {
+			return r.RevisionInfo, nil
+		}
+	}
+	return nomadjob.RevisionInfo{}, &nomadjob.Error{Op: "read revision " + name, Kind: nomadjob.ErrNotFound, Status: 404}
+}
+
+// stubOf is what a job listing with meta says of a revision: the job's
+// meta fields and the summary, not its count, scaling or tags.
+func stubOf(r nomadjob.RevisionStatus) nomadjob.RevisionStub {
+	info := r.RevisionInfo
+	info.Count, info.Scaling, info.ScalingDefaulted, info.ServiceTags = 0, spec.Scaling{}, false, nil
+	return nomadjob.RevisionStub{RevisionInfo: info, MetaListed: true, Running: r.Running, Starting: r.Starting, Queued: r.Queued, Failed: r.Failed, Lost: r.Lost}
+}
+
+func stubsOf(revs []nomadjob.RevisionStatus) []nomadjob.RevisionStub {
+	out := make([]nomadjob.RevisionStub, len(revs))
+	for i, r := range revs {
+		out[i] = stubOf(r)
+	}
+	return out
 }
 
 func (f *fakeNomadSource) Allocations(_ context.Context, rev string) ([]nomadjob.Allocation, error) {
@@ -62,8 +103,10 @@ func TestReconcileReadsAllocationsOnlyOfRevisionsNotAtRest(t *testing.T) {
 		svc, _, _ := spec.ParseRevisionName(name)
 		return nomadjob.RevisionStatus{RevisionInfo: nomadjob.RevisionInfo{Name: name, Service: svc, Count: count}, Running: running}
 	}
+	queued := rev("queued-00001", 1, 0)
+	queued.Queued = 1
 	src := &fakeNomadSource{
-		revs: []nomadjob.RevisionStatus{rev("idle-00001", 0, 0), rev("busy-00001", 1, 1), rev("stopping-00001", 0, 1), rev("waking-00001", 1, 0)},
+		revs: []nomadjob.RevisionStatus{rev("idle-00001", 0, 0), rev("busy-00001", 1, 1), rev("stopping-00001", 0, 1), rev("waking-00001", 1, 0), queued},
 		allocs: map[string][]nomadjob.Allocation{
 			"busy-00001": {{ID: "b1", Revision: "busy-00001", Running: true, ClientStatus: "running", DesiredStatus: "run"}},
 		},
@@ -71,9 +114,13 @@ func TestReconcileReadsAllocationsOnlyOfRevisionsNotAtRest(t *testing.T) {
 	cat := catalog.New()
 	cat.SetRevision(catalog.Revision{Name: "idle-00001", Service: "idle"})
 	cat.SetAllocation(catalog.Allocation{ID: "i1", Revision: "idle-00001", Running: true}) // stopped since
-	reconcileNomad(context.Background(), src, cat, newRevisionTags(), src.revs, quietLog)
+	if _, err := reconcileNomad(context.Background(), src, cat, newRevisionTags(), newJobReads(), stubsOf(src.revs), quietLog); err != nil {
+		t.Fatal(err)
+	}
 	slices.Sort(src.asked)
-	if want := []string{"busy-00001", "stopping-00001", "waking-00001"}; !slices.Equal(src.asked, want) {
+	// waking-00001: its count is 1, but nothing is placed yet (the
+	// summary shows nothing): the allocations Nomad places come as events.
+	if want := []string{"busy-00001", "queued-00001", "stopping-00001"}; !slices.Equal(src.asked, want) {
 		t.Errorf("allocations listed of %v, want %v", src.asked, want)
 	}
 	if a := cat.Allocations("idle-00001"); len(a) != 0 {
@@ -96,7 +143,7 @@ func (f *fakeNomadSource) StreamEvents(ctx context.Context, since uint64, fn fun
 func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 	info := nomadjob.RevisionInfo{Name: "hello-00001", Service: "hello", Namespace: "default", Generation: 1, Concurrency: 10, Timeout: time.Minute, Scaling: spec.DefaultScaling(), Count: 1}
 	src := &fakeNomadSource{
-		revs: []nomadjob.RevisionStatus{{RevisionInfo: info}, {RevisionInfo: nomadjob.RevisionInfo{Name: "old-00001", Service: "old", Stopped: true}}},
+		revs: []nomadjob.RevisionStatus{{RevisionInfo: info, Running: 1}, {RevisionInfo: nomadjob.RevisionInfo{Name: "old-00001", Service: "old", Stopped: true}}},
 		allocs: map[string][]nomadjob.Allocation{"hello-00001": {
 			{ID: "a1", Revision: "hello-00001", Address: "127.0.0.1", HTTPPort: 2000, AdminPort: 2001, Running: true, ClientStatus: "running", DesiredStatus: "run"},
 			{ID: "a0", Revision: "hello-00001", ClientStatus: "complete", DesiredStatus: "stop"},
@@ -111,7 +158,7 @@ func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 	cat := catalog.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = feedNomad(ctx, src, cat, newRevisionTags(), nil, nil, quietLog) }()
+	go func() { _ = feedNomad(ctx, src, cat, newRevisionTags(), nil, nil, nil, quietLog) }()
 	select {
 	case since := <-src.since:
 		if since != 42 {
@@ -121,6 +168,7 @@ func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 		t.Fatal("never followed the event stream")
 	}
 	waitFor(t, "both allocations", func() bool { return len(cat.Allocations("hello-00001")) == 2 })
+	waitFor(t, "the job read", func() bool { r, _ := cat.Revision("hello-00001"); return !r.Partial })
 	rev, ok := cat.Revision("hello-00001")
 	if !ok || rev.Concurrency != 10 || rev.Desired != 1 || rev.Timeout != time.Minute {
 		t.Fatalf("revision = %+v, %v", rev, ok)
@@ -140,17 +188,17 @@ func TestFeedNomadListsThenFollowsFromTheListingIndex(t *testing.T) {
 
 func TestApplyNomadEventDeletesTerminalAllocationsAndDeregisteredRevisions(t *testing.T) {
 	cat := catalog.New()
-	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventRevisionRegistered, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 2}})
-	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Running: true}})
-	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Stopped: true, ClientStatus: "complete"}})
+	applyNomadEvent(cat, newRevisionTags(), nil, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 2}})
+	applyNomadEvent(cat, newRevisionTags(), nil, nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Running: true}})
+	applyNomadEvent(cat, newRevisionTags(), nil, nomadjob.Event{Kind: nomadjob.EventAllocationUpdated, Allocation: nomadjob.AllocationEvent{ID: "a", Revision: "r-00001", Stopped: true, ClientStatus: "complete"}})
 	if n := len(cat.Allocations("r-00001")); n != 0 {
 		t.Fatalf("%d allocations left after the terminal one", n)
 	}
-	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventRevisionUpdated, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 5}})
+	applyNomadEvent(cat, newRevisionTags(), nil, nomadjob.Event{Kind: nomadjob.EventRevisionUpdated, Revision: nomadjob.RevisionInfo{Name: "r-00001", Service: "r", Count: 5}})
 	if r, _ := cat.Revision("r-00001"); r.Desired != 5 {
 		t.Fatalf("desired = %d after a scale event, want 5", r.Desired)
 	}
-	applyNomadEvent(cat, newRevisionTags(), nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "r-00001"}})
+	applyNomadEvent(cat, newRevisionTags(), nil, nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "r-00001"}})
 	if _, ok := cat.Revision("r-00001"); ok {
 		t.Fatal("deregistered revision still in the catalog")
 	}
@@ -178,7 +226,7 @@ func TestNoteWake(t *testing.T) {
 	wl := &wakeLog{}
 	apply := func(ev nomadjob.Event) {
 		noteWake(cat, wl, ev)
-		applyNomadEvent(cat, newRevisionTags(), ev)
+		applyNomadEvent(cat, newRevisionTags(), nil, ev)
 	}
 	at := func(ms int64) time.Time { return time.Unix(0, ms*int64(time.Millisecond)) }
 	rev := func(count int) nomadjob.RevisionInfo {
@@ -319,12 +367,23 @@ type scriptedNomadSource struct {
 	streams  int
 }
 
-func (f *scriptedNomadSource) AllRevisions(context.Context) ([]nomadjob.RevisionStatus, uint64, error) {
+func (f *scriptedNomadSource) ListRevisions(context.Context) ([]nomadjob.RevisionStub, uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i := min(f.lists, len(f.listings)-1)
 	f.lists++
-	return f.listings[i], uint64(100 * f.lists), nil
+	return stubsOf(f.listings[i]), uint64(100 * f.lists), nil
+}
+
+func (f *scriptedNomadSource) Revision(_ context.Context, name string) (nomadjob.RevisionInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.listings[min(f.lists-1, len(f.listings)-1)] {
+		if r.Name == name {
+			return r.RevisionInfo, nil
+		}
+	}
+	return nomadjob.RevisionInfo{}, &nomadjob.Error{Op: "read revision " + name, Kind: nomadjob.ErrNotFound, Status: 404}
 }
 
 func (f *scriptedNomadSource) Allocations(_ context.Context, rev string) ([]nomadjob.Allocation, error) {
@@ -346,9 +405,10 @@ func (f *scriptedNomadSource) StreamEvents(ctx context.Context, since uint64, _ 
 }
 
 func TestFeedNomadListsAgainWhenTheStreamEnds(t *testing.T) {
+	// Every scale call makes a new job version: the job modify index moves.
 	rev := func(name string, count int) nomadjob.RevisionStatus {
 		svc, _, _ := spec.ParseRevisionName(name)
-		return nomadjob.RevisionStatus{RevisionInfo: nomadjob.RevisionInfo{Name: name, Service: svc, Count: count}}
+		return nomadjob.RevisionStatus{RevisionInfo: nomadjob.RevisionInfo{Name: name, Service: svc, Count: count, JobModifyIndex: uint64(10 + count)}, Running: count}
 	}
 	running := func(id, rev string) nomadjob.Allocation {
 		return nomadjob.Allocation{ID: id, Revision: rev, Running: true, ClientStatus: "running", DesiredStatus: "run"}
@@ -368,12 +428,12 @@ func TestFeedNomadListsAgainWhenTheStreamEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- feedNomad(ctx, src, cat, newRevisionTags(), nil, nil, quietLog) }()
+	go func() { done <- feedNomad(ctx, src, cat, newRevisionTags(), nil, nil, nil, quietLog) }()
 	waitFor(t, "the second listing in the catalog", func() bool {
 		_, gone := cat.Revision("gone-00001")
 		k, _ := cat.Revision("kept-00001")
 		_, isNew := cat.Revision("new-00001")
-		return !gone && isNew && k.Desired == 1 && len(cat.Allocations("kept-00001")) == 1 && len(cat.Allocations("gone-00001")) == 0
+		return !gone && isNew && k.Desired == 1 && !k.Partial && len(cat.Allocations("kept-00001")) == 1 && len(cat.Allocations("gone-00001")) == 0
 	})
 	if a := cat.Allocations("kept-00001"); len(a) != 1 || a[0].ID != "k1" {
 		t.Errorf("kept-00001's allocations %+v, want only k1", a)
@@ -389,7 +449,7 @@ func TestFeedNomadReturnsAPermanentStreamError(t *testing.T) {
 	src := &scriptedNomadSource{listings: [][]nomadjob.RevisionStatus{nil}, allocs: []map[string][]nomadjob.Allocation{nil}, ends: []error{denied}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := feedNomad(ctx, src, catalog.New(), newRevisionTags(), nil, nil, quietLog); !errors.Is(err, nomadjob.ErrPermission) {
+	if err := feedNomad(ctx, src, catalog.New(), newRevisionTags(), nil, nil, nil, quietLog); !errors.Is(err, nomadjob.ErrPermission) {
 		t.Fatalf("feedNomad = %v, want the permission error", err)
 	}
 }

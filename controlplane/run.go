@@ -127,6 +127,10 @@ func Run(ctx context.Context, c Config) error {
 	}
 	cat := catalog.New()
 	tags := newRevisionTags()
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nomad_serverless_catalog_revisions_unread",
+		Help: "Revisions routed from Nomad's job listing whose job is not read yet (serve's start reads them in the background): the autoscaler does not decide them and their stand-ins wait.",
+	}, func() float64 { return float64(cat.PartialRevisions()) }))
 	// Scaling to zero registers this replica's stand-in first (make before
 	// break for catalog-driven proxies).
 	scaler := standInFirst{scaler: nomad, src: consul, cat: cat, tags: tags, addr: advertise, port: gwPort, log: log}
@@ -211,7 +215,7 @@ func Run(ctx context.Context, c Config) error {
 		return nil
 	})
 	goRun("follow Nomad", func(ctx context.Context) error {
-		return feedNomad(ctx, nomad, cat, tags, gw, func() { close(listed) }, log)
+		return feedNomad(ctx, nomad, cat, tags, gw, func() { close(listed) }, nil, log)
 	})
 	goRun("follow Consul records", func(ctx context.Context) error {
 		return feedRecords(ctx, consul, cat, func() { close(recordsLoaded) }, log)

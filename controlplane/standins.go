@@ -31,15 +31,25 @@ type standInSource interface {
 // alive across a scale to zero (make before break): the job's count drops
 // to 0 before Nomad stops the last allocation and deregisters its service,
 // so the stand-in, registered passing, is in the catalog before the last
-// real instance leaves it. It is pure: the keeper feeds it the catalog.
-func standInWanted(revs []catalog.Revision, ready func(revision string) int) map[string]string {
-	want := map[string]string{}
+// real instance leaves it. A partial revision (its job not read yet, so
+// its tags unknown) is in neither set: the keeper neither registers nor
+// removes its stand-in until its job is read. It is pure: the keeper feeds
+// it the catalog.
+func standInWanted(revs []catalog.Revision, ready func(revision string) int) (want map[string]string, undecided map[string]bool) {
+	want = map[string]string{}
 	for _, r := range revs {
+		if r.Partial {
+			if undecided == nil {
+				undecided = map[string]bool{}
+			}
+			undecided[r.Name] = true
+			continue
+		}
 		if r.Desired == 0 || ready(r.Name) == 0 {
 			want[r.Name] = r.Service
 		}
 	}
-	return want
+	return want, undecided
 }
 
 // orphanedStandInNodes picks the stand-in nodes whose replica is no
@@ -213,7 +223,7 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			version = cat.Version()
 			full = false
 			clear(retry)
-			want := standInWanted(cat.Revisions(), ready)
+			want, undecided := standInWanted(cat.Revisions(), ready)
 			revs := make([]string, 0, len(want))
 			for rev := range want {
 				if !registered[rev] {
@@ -225,7 +235,7 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 				register(rev, want[rev])
 			}
 			for rev := range registered {
-				if _, ok := want[rev]; !ok {
+				if _, ok := want[rev]; !ok && !undecided[rev] {
 					deregister(rev)
 				}
 			}
@@ -237,7 +247,11 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			sort.Strings(consider)
 			for _, rev := range consider {
 				r, ok := cat.Revision(rev)
-				wanted := ok && standInWanted([]catalog.Revision{r}, ready)[rev] != ""
+				if ok && r.Partial {
+					continue // its tags are not known yet: left as it is
+				}
+				want, _ := standInWanted([]catalog.Revision{r}, ready)
+				wanted := ok && want[rev] != ""
 				switch {
 				case wanted && !registered[rev]:
 					register(rev, r.Service)

@@ -21,16 +21,26 @@ func TestStandInWanted(t *testing.T) {
 		return catalog.Revision{Name: name, Service: "hello", Desired: desired}
 	}
 	ready := map[string]int{"hello-00002": 1, "hello-00003": 2, "hello-00004": 1}
-	got := standInWanted([]catalog.Revision{
-		rev("hello-00001", 0), // at zero, nothing ready
-		rev("hello-00002", 0), // told to go to zero, last instance still passing: make before break
-		rev("hello-00003", 2), // serving
-		rev("hello-00004", 3), // scaling up, one ready
-		rev("hello-00005", 1), // waking, nothing ready yet
+	partial := func(name string, desired int) catalog.Revision {
+		r := rev(name, desired)
+		r.Partial = true
+		return r
+	}
+	got, undecided := standInWanted([]catalog.Revision{
+		rev("hello-00001", 0),     // at zero, nothing ready
+		rev("hello-00002", 0),     // told to go to zero, last instance still passing: make before break
+		rev("hello-00003", 2),     // serving
+		rev("hello-00004", 3),     // scaling up, one ready
+		rev("hello-00005", 1),     // waking, nothing ready yet
+		partial("hello-00006", 0), // listed at rest, job not read: tags unknown
+		partial("hello-00007", 1), // listed running, job not read
 	}, func(r string) int { return ready[r] })
 	want := map[string]string{"hello-00001": "hello", "hello-00002": "hello", "hello-00005": "hello"}
 	if !maps.Equal(got, want) {
 		t.Errorf("standInWanted = %v, want %v", got, want)
+	}
+	if w := map[string]bool{"hello-00006": true, "hello-00007": true}; !maps.Equal(undecided, w) {
+		t.Errorf("undecided = %v, want %v", undecided, w)
 	}
 }
 
@@ -291,7 +301,7 @@ func TestStandInsCarryTheRevisionsTagsAndGoWithIt(t *testing.T) {
 	tags := newRevisionTags()
 	runKeeper(t, f, cat, tags)
 	want := []string{"serverless", "service=whoami", "traefik.enable=true", "traefik.http.routers.whoami.rule=Host(`whoami.example.com`)"}
-	applyNomadEvent(cat, tags, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered,
+	applyNomadEvent(cat, tags, nil, nomadjob.Event{Kind: nomadjob.EventRevisionRegistered,
 		Revision: nomadjob.RevisionInfo{Name: "whoami-00001", Service: "whoami", ServiceTags: want}})
 	waitFor(t, "a stand-in with the revision's tags", func() bool {
 		f.mu.Lock()
@@ -299,7 +309,7 @@ func TestStandInsCarryTheRevisionsTagsAndGoWithIt(t *testing.T) {
 		return slices.Equal(f.tags["whoami-00001"], want)
 	})
 	// What nomadjob makes of Nomad's JobDeregistered evaluation.
-	applyNomadEvent(cat, tags, nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "whoami-00001", Service: "whoami", Stopped: true}})
+	applyNomadEvent(cat, tags, nil, nomadjob.Event{Kind: nomadjob.EventRevisionDeregistered, Revision: nomadjob.RevisionInfo{Name: "whoami-00001", Service: "whoami", Stopped: true}})
 	waitFor(t, "the stand-in to go with the revision", func() bool { return len(f.ids()) == 0 })
 	if got := tags.get("whoami-00001"); got != nil {
 		t.Errorf("tags of a deregistered revision kept: %v", got)

@@ -299,6 +299,10 @@ func TestE2E21ManyRevisions(t *testing.T) {
 	up := time.Since(start)
 	h.waitKnowsAll(t, gs[fresh], fresh, n, 10*time.Minute)
 	fig.add("a new replica's start over "+strconv.Itoa(n)+" revisions: healthy, then routes all", fmt.Sprintf("%s, %s", up.Round(time.Millisecond), time.Since(start).Round(time.Millisecond)), "", "")
+	// Routing needs only Nomad's job listing; the jobs themselves (scaling,
+	// tags) are read after, in the background.
+	h.waitJobsRead(t, gs[fresh], fresh, 10*time.Minute)
+	fig.add("  ... then every revision's job read (scaling, tags)", time.Since(start).Round(time.Millisecond).String(), "", "")
 	names = append(names, fresh)
 	if p, err := SampleProc(gs[fresh].proc.PID()); err == nil {
 		fig.add("serve "+fresh+" (new) RSS after its start", fmt.Sprintf("%d MiB", p.RSS>>20), "<= 250 MiB", metOrMissed(p.RSS <= 250<<20))
@@ -672,6 +676,31 @@ func (h *harness) waitKnowsAll(t *testing.T, g *gateway, name string, n int, tim
 	eventually(t, timeout, fmt.Sprintf("serve %s routes all %d revisions", name, n), func() (bool, string) {
 		v := g.gatewayView(t)
 		return len(v) >= n, fmt.Sprintf("%d known", len(v))
+	})
+}
+
+// waitJobsRead waits until a replica has read the job of every revision
+// it routes (nomad_serverless_catalog_revisions_unread 0).
+func (h *harness) waitJobsRead(t *testing.T, g *gateway, name string, timeout time.Duration) {
+	t.Helper()
+	client := NewClient(1)
+	const metric = "nomad_serverless_catalog_revisions_unread"
+	eventually(t, timeout, fmt.Sprintf("serve %s has read every revision's job", name), func() (bool, string) {
+		resp, err := client.Get(g.adminURL() + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return false, err.Error()
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, metric+" "); ok {
+				return v == "0", line
+			}
+		}
+		return false, metric + " not in /metrics"
 	})
 }
 

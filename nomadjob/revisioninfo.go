@@ -62,50 +62,14 @@ func RevisionFromJob(job *api.Job) (RevisionInfo, error) {
 	if !ok || svc == "" {
 		return RevisionInfo{}, fmt.Errorf("job %s is %w: it has no meta %q", id, ErrNotOurs, spec.JobMetaService)
 	}
-	info := RevisionInfo{Name: id, Service: svc, Namespace: deref(job.Namespace, spec.DefaultNamespace), SpecHash: job.Meta[spec.JobMetaSpecHash]}
 	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-
-	if rn := job.Meta[spec.JobMetaRevision]; rn != "" && rn != id {
-		bad("meta %s is %q but the job is %q", spec.JobMetaRevision, rn, id)
-	}
-	psvc, pgen, ok := spec.ParseRevisionName(id)
-	if !ok || psvc != svc {
-		bad("job ID %q is not a revision name of service %q", id, svc)
-	}
-	info.Generation = pgen
-	if g := job.Meta[spec.JobMetaGen]; g != "" {
-		n, err := strconv.Atoi(g)
-		if err != nil || (ok && n != pgen) {
-			bad("meta %s is %q, the job ID says %d", spec.JobMetaGen, g, pgen)
-		}
-	}
-	if c := job.Meta[spec.JobMetaConcurren]; c != "" {
-		n, err := strconv.Atoi(c)
-		if err != nil || n < 0 {
-			bad("meta %s is %q, want a whole number", spec.JobMetaConcurren, c)
-		}
-		info.Concurrency = n
-	}
-	info.Timeout = spec.DefaultTimeout
-	if v := job.Meta[JobMetaTimeout]; v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			bad("meta %s is %q, want a positive duration", JobMetaTimeout, v)
-		}
-		info.Timeout = d
-	}
-	if v := job.Meta[JobMetaCreated]; v != "" {
-		if ts, err := time.Parse(time.RFC3339, v); err == nil {
-			info.Created = ts
-		}
-	}
+	info := infoFromMeta(id, deref(job.Namespace, spec.DefaultNamespace), job.Meta, &errs)
 	info.Stopped = deref(job.Stop, false)
 	info.JobModifyIndex = deref(job.JobModifyIndex, 0)
 
 	g := appGroup(job)
 	if g == nil {
-		bad("no group %q", spec.GroupName)
+		errs = append(errs, fmt.Errorf("no group %q", spec.GroupName))
 	} else {
 		info.Count = deref(g.Count, 0)
 		if g.Scaling != nil {
@@ -130,6 +94,53 @@ func RevisionFromJob(job *api.Job) (RevisionInfo, error) {
 		return info, fmt.Errorf("read revision %s: %w", id, errors.Join(errs...))
 	}
 	return info, nil
+}
+
+// infoFromMeta reads what a revision job's meta says of it (name, service,
+// generation, spec hash, concurrency, timeout, created): all that a job
+// listing with meta carries (RevisionFromStub) and the job itself
+// (RevisionFromJob). The job's meta has serverless.service; what is
+// malformed is added to errs.
+func infoFromMeta(id, namespace string, meta map[string]string, errs *[]error) RevisionInfo {
+	svc := meta[spec.JobMetaService]
+	info := RevisionInfo{Name: id, Service: svc, Namespace: namespace, SpecHash: meta[spec.JobMetaSpecHash]}
+	bad := func(format string, a ...any) { *errs = append(*errs, fmt.Errorf(format, a...)) }
+
+	if rn := meta[spec.JobMetaRevision]; rn != "" && rn != id {
+		bad("meta %s is %q but the job is %q", spec.JobMetaRevision, rn, id)
+	}
+	psvc, pgen, ok := spec.ParseRevisionName(id)
+	if !ok || psvc != svc {
+		bad("job ID %q is not a revision name of service %q", id, svc)
+	}
+	info.Generation = pgen
+	if g := meta[spec.JobMetaGen]; g != "" {
+		n, err := strconv.Atoi(g)
+		if err != nil || (ok && n != pgen) {
+			bad("meta %s is %q, the job ID says %d", spec.JobMetaGen, g, pgen)
+		}
+	}
+	if c := meta[spec.JobMetaConcurren]; c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 0 {
+			bad("meta %s is %q, want a whole number", spec.JobMetaConcurren, c)
+		}
+		info.Concurrency = n
+	}
+	info.Timeout = spec.DefaultTimeout
+	if v := meta[JobMetaTimeout]; v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad("meta %s is %q, want a positive duration", JobMetaTimeout, v)
+		}
+		info.Timeout = d
+	}
+	if v := meta[JobMetaCreated]; v != "" {
+		if ts, err := time.Parse(time.RFC3339, v); err == nil {
+			info.Created = ts
+		}
+	}
+	return info
 }
 
 func defaultedScaling(b *api.ScalingPolicy) spec.Scaling {

@@ -53,9 +53,14 @@ var ourFilter = fmt.Sprintf("%q in Meta", spec.JobMetaService)
 // list lists job stubs with a filter expression, of jobs whose ID starts
 // with prefix ("" for all).
 func (c *Client) list(ctx context.Context, op, ns, prefix, filter string) ([]*api.JobListStub, uint64, error) {
+	return c.listOpts(ctx, op, ns, prefix, filter, nil)
+}
+
+// listOpts is list with the listing's options (meta=true).
+func (c *Client) listOpts(ctx context.Context, op, ns, prefix, filter string, opts *api.JobListOptions) ([]*api.JobListStub, uint64, error) {
 	q := c.query(ctx, ns)
 	q.Prefix, q.Filter = prefix, filter
-	stubs, qm, err := c.api.Jobs().List(q)
+	stubs, qm, err := c.api.Jobs().ListOptions(opts, q)
 	if err != nil {
 		return nil, 0, c.wrap(op, ns, capList, err)
 	}
@@ -178,6 +183,78 @@ func (c *Client) AllRevisions(ctx context.Context) ([]RevisionStatus, uint64, er
 	}
 	st, err := c.statuses(ctx, op, stubs)
 	return st, index, err
+}
+
+// RevisionStub is what one listing of Nomad's jobs with their meta says
+// of a revision, without reading its job: what the gateway needs to route
+// it and to hold or wake its requests. The job's meta gives Name, Service,
+// Namespace, Generation, SpecHash, Concurrency, Timeout and Created (the
+// same reading as RevisionFromJob's); the listing gives Stopped and
+// JobModifyIndex, which moves with every change of the job (a scale call,
+// a scaling update, a stop), and the summary's instance counts. Scaling,
+// Count and ServiceTags are only in the job itself: they are zero here.
+type RevisionStub struct {
+	RevisionInfo
+	// MetaListed is false when the listing carried no meta (a Nomad older
+	// than 1.6 ignores meta=true) or the meta is malformed: only the name
+	// and namespace are known, and the job must be read (Revision) to
+	// know more, or to get the error that says what is wrong.
+	MetaListed bool `json:"meta_listed"`
+	// Instance counts of group "app" from Nomad's job summary.
+	Running  int `json:"running"`
+	Starting int `json:"starting"`
+	Queued   int `json:"queued"`
+	Failed   int `json:"failed"`
+	Lost     int `json:"lost"`
+	Unknown  int `json:"unknown"`
+}
+
+// AtRest reports whether the summary shows nothing running, starting or
+// queued: nothing to route to, and, but for a scale call from zero that
+// Nomad's scheduler has not acted on yet, a count of 0.
+func (s RevisionStub) AtRest() bool { return s.Running+s.Starting+s.Queued == 0 }
+
+// listWithMeta is the job listing's meta=true (Nomad 1.6 and later).
+var listWithMeta = &api.JobListOptions{Fields: &api.JobListFields{Meta: true}}
+
+// ListRevisions lists every revision job of ours in every namespace the
+// token can read, from one listing of Nomad's jobs with their meta (no job
+// is read), with the listing's Nomad index: pass it to StreamEvents to
+// follow changes from there. Stopped revisions are included.
+func (c *Client) ListRevisions(ctx context.Context) ([]RevisionStub, uint64, error) {
+	stubs, index, err := c.listOpts(ctx, "list all revisions", api.AllNamespacesNamespace, "", ourFilter, listWithMeta)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]RevisionStub, 0, len(stubs))
+	for _, s := range stubs {
+		out = append(out, RevisionFromStub(s, c.namespace))
+	}
+	return out, index, nil
+}
+
+// RevisionFromStub reads a job listing's stub of a revision (ns is the
+// namespace of a stub that names none). See RevisionStub.
+func RevisionFromStub(s *api.JobListStub, ns string) RevisionStub {
+	if s.Namespace != "" {
+		ns = s.Namespace
+	}
+	st := RevisionStub{RevisionInfo: RevisionInfo{Name: s.ID, Namespace: ns}}
+	if s.Meta[spec.JobMetaService] != "" {
+		var errs []error
+		st.RevisionInfo = infoFromMeta(s.ID, ns, s.Meta, &errs)
+		st.MetaListed = len(errs) == 0
+		if !st.MetaListed {
+			st.RevisionInfo = RevisionInfo{Name: s.ID, Namespace: ns}
+		}
+	}
+	st.Stopped, st.JobModifyIndex = s.Stop, s.JobModifyIndex
+	if s.JobSummary != nil {
+		if g, ok := s.JobSummary.Summary[spec.GroupName]; ok {
+			st.Running, st.Starting, st.Queued, st.Failed, st.Lost, st.Unknown = g.Running, g.Starting, g.Queued, g.Failed, g.Lost, g.Unknown
+		}
+	}
+	return st
 }
 
 // RevisionCount is a revision's instance counts, as `list` shows them.

@@ -268,6 +268,9 @@ func TestNomadAnswersLikeTheRecording(t *testing.T) {
 	shapeCheck{allowMissing: allocAllowance}.check(t, read, send(t, base, read))
 	shapeCheck{allowMissing: []string{"[].Multiregion", "[].NodePool"}}.check(t, load("007-jobs-list-prefix.json"), send(t, base, load("007-jobs-list-prefix.json")))
 	shapeCheck{allowMissing: []string{"[].Multiregion", "[].NodePool"}}.check(t, load("008-jobs-list-meta-filter.json"), send(t, base, load("008-jobs-list-meta-filter.json")))
+	// With meta=true each stub carries the job's meta (063 lists two jobs
+	// with the serverless.timeout of today's jobs; 002's has none).
+	shapeCheck{allowMissing: []string{"[].Multiregion", "[].NodePool", "[].Meta.serverless.timeout"}}.check(t, load("063-jobs-list-with-meta.json"), send(t, base, load("063-jobs-list-with-meta.json")))
 	shapeCheck{}.check(t, load("009-job-scale-status.json"), send(t, base, load("009-job-scale-status.json")))
 	shapeCheck{}.check(t, load("010-job-scale-up.json"), send(t, base, load("010-job-scale-up.json")))
 	shapeCheck{}.check(t, load("012-job-scale-status-after.json"), send(t, base, load("012-job-scale-status-after.json")))

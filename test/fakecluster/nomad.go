@@ -310,7 +310,11 @@ func (n *Nomad) list(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 		}
-		stubs = append(stubs, n.stubLocked(j))
+		stub := n.stubLocked(j)
+		if q.Get("meta") == "true" { // Nomad 1.6 and later
+			stub.Meta = maps.Clone(j.job.Meta)
+		}
+		stubs = append(stubs, stub)
 	}
 	idx := n.index
 	n.mu.Unlock()
