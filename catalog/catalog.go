@@ -119,7 +119,7 @@ type Catalog struct {
 	// changed since it last read (ChangedSince).
 	version, logStart uint64
 	log               []change
-	partial int // revisions with Partial set
+	partial           int // revisions with Partial set
 }
 
 // New returns an empty catalog.
