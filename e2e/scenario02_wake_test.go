@@ -133,6 +133,15 @@ func TestE2E2ScaleToZeroAndWake(t *testing.T) {
 // assertion. The cold start's stages come from the same timeline.
 func (h *harness) wake(g *gateway, svc, rev, driver string) ColdStart {
 	h.t.Helper()
+	// Nomad lists the last allocation stopped (and Consul drops it) when
+	// its shutdown delay starts; its app still answers for 5 s. A request
+	// sent before the gateway applied Nomad's stop event reaches it and
+	// wakes nothing (a run of the full suite met this once): wait for the
+	// gateway to route to no instance, as a client at zero would find it.
+	eventually(h.t, 10*time.Second, "the gateway routes "+rev+" to no instance", func() (bool, string) {
+		v := g.gatewayView(h.t)[rev]
+		return len(v.Instances) == 0, fmt.Sprintf("instances %+v", v.Instances)
+	})
 	o := g.request(svc, "", "/", NewClient(1)).Do(context.Background())
 	if !o.OK() {
 		h.t.Fatalf("request at zero: %s", o.Describe())
