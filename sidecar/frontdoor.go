@@ -25,7 +25,8 @@ import (
 type frontDoor struct {
 	ln     net.Listener
 	srv    *http.Server
-	loop   *keepalive.Server // nil: net/http serves all
+	ev     *loopFront        // the event loops; nil: the keepalive loop or net/http
+	loop   *keepalive.Server // nil: net/http serves all (or the event loops)
 	queue  *keepalive.ConnQueue
 	closed atomic.Bool
 }
@@ -34,6 +35,23 @@ type frontDoor struct {
 // one being answered are in flight (keepalive.Server.YieldFirst).
 func newFrontDoor(ln net.Listener, srv *http.Server, log *slog.Logger, othersInFlight func() bool) *frontDoor {
 	f := &frontDoor{ln: ln, srv: srv}
+	screenHeads := maxHeaderBytes(srv) + 4<<10
+	if h, ok := srv.Handler.(*Handler); ok {
+		queue := keepalive.NewConnQueue(ln.Addr())
+		handOff := func(nc net.Conn, prefix []byte) {
+			// As the keepalive loop hands off: every head net/http reads
+			// is screened (request smuggling; see ScreenConn).
+			queue.Push(keepalive.NewScreenConn(keepalive.PrefixConn(nc, prefix), screenHeads))
+		}
+		ev, err := newLoopFront(ln, h, srv, log, handOff)
+		switch {
+		case err == nil:
+			f.ev, f.queue = ev, queue
+			return f
+		case !errors.Is(err, errNoLoop):
+			log.Warn("serving without event loops", "error", err)
+		}
+	}
 	if keepalive.Supported {
 		f.queue = keepalive.NewConnQueue(ln.Addr())
 		f.loop = &keepalive.Server{
@@ -44,7 +62,7 @@ func newFrontDoor(ln net.Listener, srv *http.Server, log *slog.Logger, othersInF
 			Log:               log,
 			// Every connection starts in the loop, so every head net/http
 			// reads is screened (request smuggling; see ScreenConn).
-			ScreenHeads: maxHeaderBytes(srv) + 4<<10,
+			ScreenHeads: screenHeads,
 			YieldFirst:  othersInFlight,
 		}
 	}
@@ -62,6 +80,11 @@ func maxHeaderBytes(srv *http.Server) int {
 // serve accepts connections until the listener fails or shutdown/close;
 // then it returns http.ErrServerClosed, as http.Server.Serve does.
 func (f *frontDoor) serve() error {
+	if f.ev != nil {
+		go func() { _ = f.srv.Serve(f.queue) }()
+		f.ev.serve()
+		return http.ErrServerClosed
+	}
 	if f.loop == nil {
 		return f.srv.Serve(f.ln)
 	}
@@ -96,6 +119,15 @@ func (f *frontDoor) shutdown(deadline time.Time) error {
 	_ = f.ln.Close()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	if f.ev != nil {
+		f.ev.shutdown()
+		_ = f.queue.Close()
+		err := f.srv.Shutdown(ctx)
+		if !f.ev.wait(time.Until(deadline)) && err == nil {
+			err = context.DeadlineExceeded
+		}
+		return err
+	}
 	if f.loop == nil {
 		return f.srv.Shutdown(ctx)
 	}
@@ -113,6 +145,10 @@ func (f *frontDoor) close() {
 	f.closed.Store(true)
 	_ = f.ln.Close()
 	_ = f.srv.Close()
+	if f.ev != nil {
+		_ = f.queue.Close()
+		f.ev.close()
+	}
 	if f.loop != nil {
 		_ = f.queue.Close()
 		f.loop.Close()
