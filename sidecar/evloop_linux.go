@@ -392,8 +392,12 @@ func (l *evloop) run() {
 					}
 				}
 			}
-			l.runGrants()
 		}
+		// Requests handed a slot in this turn go to the app together, after
+		// the turn's events: the app finds them at once, as it finds the
+		// requests of the turn's ready clients (one wake-up of the app for
+		// several requests, not one each).
+		l.runGrants()
 		l.fireTimers()
 		l.runGrants()
 	}
