@@ -218,6 +218,9 @@ type evloop struct {
 	events  [128]syscall.EpollEvent
 	buf     [64 << 10]byte
 	scratch []byte // a chunked body's data (decodeChunks)
+	// dateText is the Date header's value for the second dateSec.
+	dateSec  int64
+	dateText []byte
 	// reqw writes a request head into reqBuf through writeRequestHead,
 	// which the goroutine path uses too: the app sees the same head
 	// either way.
@@ -610,12 +613,6 @@ func (l *evloop) onClient(c *lsock, ev uint32) {
 			return
 		}
 	}
-	if c.busy {
-		if ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
-			l.checkGone(c)
-		}
-		return
-	}
 	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) == 0 {
 		return
 	}
@@ -624,28 +621,26 @@ func (l *evloop) onClient(c *lsock, ev uint32) {
 		return
 	}
 	if n <= 0 {
+		// The client left (or failed): a request in flight ends as
+		// net/http ends one whose client's connection closed.
+		if c.busy {
+			l.abandon(c, statusClientClosed)
+		}
 		l.closeClient(c)
 		return
 	}
 	c.in = append(c.in, l.buf[:n]...)
+	if c.busy {
+		// A pipelined request, kept for when this one is answered. The
+		// client stays watched for reading (no epoll_ctl per request), so
+		// its departure is seen at once; only a client that pipelines
+		// more than a head's worth is not read further meanwhile.
+		if len(c.in) >= maxLoopHead {
+			l.setEvents(c, c.events&^syscall.EPOLLIN)
+		}
+		return
+	}
 	l.nextRequest(c)
-}
-
-// checkGone looks at a busy client whose peer shut down or failed: gone if
-// nothing is left to read (what net/http and the keepalive loop call a
-// departed client); with bytes waiting (a pipelined request before a
-// FIN) the loop cannot tell and stops watching, as a peek cannot either.
-func (l *evloop) checkGone(c *lsock) {
-	n, _, err := syscall.Recvfrom(c.fd, l.buf[:1], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	if errors.Is(err, syscall.EAGAIN) {
-		return
-	}
-	if n > 0 {
-		l.setEvents(c, c.events&^syscall.EPOLLRDHUP)
-		return
-	}
-	l.abandon(c, statusClientClosed)
-	l.closeClient(c)
 }
 
 // nextRequest starts the request at the front of c.in, if its head is
@@ -893,10 +888,6 @@ func (l *evloop) begin(c *lsock) {
 	r.frame, r.left, r.chunkState, r.trailers, r.chunkedOut = frameNone, 0, chunkSize, r.trailers[:0], false
 	r.expired = nil
 	c.busy = true
-	// While the request is in flight only a departing client is of
-	// interest (level-triggered EPOLLIN would report a pipelined request
-	// again and again).
-	l.setEvents(c, syscall.EPOLLRDHUP)
 	if b := h.breaker; b != nil {
 		if b.TryAcquire() {
 			r.slot = true
@@ -1407,13 +1398,23 @@ func (l *evloop) writeFinalHead(c *lsock, code int, hd http.Header, first []byte
 func (l *evloop) endHead(c *lsock, hd http.Header) {
 	if _, ok := hd["Date"]; !ok {
 		c.out = append(c.out, "Date: "...)
-		c.out = time.Now().UTC().AppendFormat(c.out, http.TimeFormat)
+		c.out = append(c.out, l.date()...)
 		c.out = append(c.out, "\r\n"...)
 	}
 	if c.closeAfter {
 		c.out = append(c.out, "Connection: close\r\n"...)
 	}
 	c.out = append(c.out, "\r\n"...)
+}
+
+// date is the Date header's value now, formatted once a second.
+func (l *evloop) date() []byte {
+	now := time.Now()
+	if sec := now.Unix(); sec != l.dateSec || l.dateText == nil {
+		l.dateSec = sec
+		l.dateText = now.UTC().AppendFormat(l.dateText[:0], http.TimeFormat)
+	}
+	return l.dateText
 }
 
 func hasType(hd http.Header) bool {
@@ -1560,8 +1561,8 @@ func (l *evloop) complete(c, a *lsock) {
 // once the response is out (or closes c, when it was the last).
 func (l *evloop) endRequest(c *lsock) {
 	c.busy = false
-	if !c.closeAfter {
-		l.setEvents(c, c.events|syscall.EPOLLIN|syscall.EPOLLRDHUP)
+	if c.events&syscall.EPOLLIN == 0 && !c.closeAfter {
+		l.setEvents(c, c.events|syscall.EPOLLIN)
 	}
 	l.flushClient(c)
 }
