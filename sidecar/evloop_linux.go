@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 	"github.com/nomad-serverless/nomad-serverless/spec"
@@ -372,7 +373,17 @@ func (l *evloop) run() {
 			timeout = int((d + time.Millisecond - 1) / time.Millisecond)
 			timeout = max(timeout, 0)
 		}
-		n, err := syscall.EpollWait(l.ep, l.events[:], timeout)
+		// Look first without telling the runtime (a raw call that does
+		// not wait): under load something is nearly always ready, and a
+		// call the scheduler is told of, which then blocks, lets the
+		// runtime's monitor take the thread's P away and keep waking to
+		// look again (see datapath/rawio). Only when nothing is ready does
+		// the loop wait, as a system call the runtime knows of, so that
+		// the P serves the sidecar's goroutines meanwhile.
+		n, err := rawEpollWait(l.ep, l.events[:])
+		if n == 0 && err == nil && timeout != 0 {
+			n, err = syscall.EpollWait(l.ep, l.events[:], timeout)
+		}
 		if err != nil && !errors.Is(err, syscall.EINTR) {
 			l.f.log.Error("sidecar event loop stopped", "error", err)
 			l.killAll()
@@ -616,7 +627,7 @@ func (l *evloop) onClient(c *lsock, ev uint32) {
 	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) == 0 {
 		return
 	}
-	n, err := syscall.Read(c.fd, l.buf[:])
+	n, err := rawRead(c.fd, l.buf[:])
 	if errors.Is(err, syscall.EAGAIN) {
 		return
 	}
@@ -1028,7 +1039,7 @@ func (l *evloop) dialError(err error) error {
 func (l *evloop) writeApp(a *lsock) {
 	c := a.client
 	for a.sent < len(a.out) {
-		n, err := syscall.Write(a.fd, a.out[a.sent:])
+		n, err := rawWrite(a.fd, a.out[a.sent:])
 		if n > 0 {
 			a.sent += n
 			c.r.wrote, c.r.written = true, true
@@ -1082,7 +1093,7 @@ func (l *evloop) onApp(a *lsock, ev uint32) {
 	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) == 0 {
 		return
 	}
-	n, err := syscall.Read(a.fd, l.buf[:])
+	n, err := rawRead(a.fd, l.buf[:])
 	if errors.Is(err, syscall.EAGAIN) {
 		return
 	}
@@ -1684,7 +1695,7 @@ func (l *evloop) answerProbe(c *lsock) {
 // waited for it is read again.
 func (l *evloop) flushClient(c *lsock) bool {
 	for c.sent < len(c.out) {
-		n, err := syscall.Write(c.fd, c.out[c.sent:])
+		n, err := rawWrite(c.fd, c.out[c.sent:])
 		if n > 0 {
 			c.sent += n
 		}
@@ -1907,4 +1918,56 @@ func (t *timerHeap) Pop() any {
 	s.timerIdx = -1
 	*t = old[:len(old)-1]
 	return s
+}
+
+// rawRead, rawWrite and rawEpollWait are system calls on non-blocking
+// descriptors that return at once, made without telling the runtime
+// (syscall.RawSyscall), as datapath/rawio makes the goroutine path's: the
+// runtime need not hand the P on for a call that cannot block. The race
+// detector does not see the kernel's writes into the buffers; they are the
+// loop's own.
+func rawRead(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return -1, e
+		}
+		return int(n), nil
+	}
+}
+
+func rawWrite(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return -1, e
+		}
+		return int(n), nil
+	}
+}
+
+// rawEpollWait collects the events that are ready now, without waiting.
+func rawEpollWait(ep int, events []syscall.EpollEvent) (int, error) {
+	for {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
 }
