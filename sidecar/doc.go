@@ -12,9 +12,9 @@
 //     upgrades through httputil.ReverseProxy over HTTP/1.1, and every
 //     request to an h2c app (a gRPC server) over h2c. Plain HTTP/1.1
 //     requests (no body, no upgrade) to an HTTP/1.1 app are served by
-//     event loops of its own on Linux (evloop_linux.go: epoll on a locked
-//     thread per P, each request a state machine, no goroutine per
-//     request), elsewhere and for an h2c app by a keep-alive loop
+//     event loops of its own on Linux (evloop_linux.go: an epoll loop per
+//     P, each request a state machine, no goroutine per request),
+//     elsewhere and for an h2c app by a keep-alive loop
 //     (package datapath/keepalive); either costs a fraction of net/http's
 //     per-request work, and a connection goes to net/http at its first
 //     request of any other kind (frontdoor.go). Bodies stream both
