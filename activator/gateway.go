@@ -58,6 +58,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // Autoscaler is what the activator needs from the autoscaler: somewhere to
@@ -127,6 +128,10 @@ type Config struct {
 	// benchmark's cold-start split).
 	WakeRecorder WakeRecorder
 	OnWake       func(spec.WakeTimeline)
+
+	// Tracing, if set, traces every routed request and every wake
+	// (tracing.go); nil, tracing costs the data path nothing.
+	Tracing *tracing.Provider
 }
 
 // WakeRecorder keeps a wake's timeline (spec.WakeTimeline).
@@ -182,6 +187,7 @@ type Gateway struct {
 	buffers   *bufferPool
 	prober    *prober
 	wakes     *wakeTracker
+	tracing   *tracing.Provider // nil: off
 
 	table atomic.Pointer[table]
 
@@ -266,6 +272,7 @@ func New(cfg Config) (*Gateway, error) {
 		counters:  map[string]*atomic.Uint64{},
 		conflicts: map[string]bool{},
 		rebuildCh: make(chan struct{}, 1),
+		tracing:   cfg.Tracing,
 	}
 	m, err := newMetrics(reg, g)
 	if err != nil {
@@ -275,6 +282,9 @@ func New(cfg Config) (*Gateway, error) {
 	g.prober = newProber(rt, cfg.ProbeInterval, cfg.ProbeWindow, log, m)
 	g.prober.guard = g.guard
 	g.wakes = newWakeTracker(cfg.Replica, cfg.QueueTimeout+wakeSettle, g.wakeDone)
+	if g.tracing != nil {
+		g.wakes.traced = g.traceWake
+	}
 	g.prober.onReady = func(rev string, k probeKey, at time.Time, it spec.InstanceTimes) {
 		g.requestRebuild()
 		g.wakes.probeReady(rev, k.Alloc, at, it)
@@ -647,7 +657,10 @@ func (g *Gateway) AdminHandler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	if g.gatherer != nil {
-		mux.Handle(MetricsPath, promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}))
+		mux.Handle(MetricsPath, promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+			// OpenMetrics carries the latency histograms' exemplars
+			// (trace ids) to a scraper that asks for it.
+			EnableOpenMetrics: true}))
 	}
 	return mux
 }

@@ -13,9 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // revisionHeaderKey is spec.RevisionHeader in canonical form, for direct
@@ -51,6 +54,11 @@ type forward struct {
 	// wake is the wake from zero this request waited through, whose
 	// timeline it stamps (sent, first byte); nil for every other request.
 	wake *wake
+	// spans are a sampled request's server and forward spans, for a
+	// protocol switch to end at its 101 (tracing.go); nil otherwise. One
+	// pointer, not the two spans: the forward of every request, traced or
+	// not, keeps its allocation size.
+	spans *forwardSpans
 	// vals backs the values of the response header forwardH1 reads:
 	// one allocation with the forward instead of one per header. A forward
 	// is never reused, so the header map may keep them after the request.
@@ -105,13 +113,22 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 	m := rev.metrics
 	var f *forward
 	status := 0
+	var sp trace.Span // the request's server span; nil: tracing off
+	if g.tracing != nil {
+		r, sp = g.startRequestSpan(r, rev, rt)
+	}
 	defer func() {
 		if f != nil {
 			status = f.status
 		}
 		took := time.Since(start)
 		m.codes[codeIndex(status)].Inc()
-		m.duration.Observe(took.Seconds())
+		if sp != nil {
+			tracing.Observe(m.duration, took.Seconds(), sp.SpanContext())
+			endRequestSpan(sp, f, status)
+		} else {
+			m.duration.Observe(took.Seconds())
+		}
 		rev.measure.observe(status, took)
 	}()
 
@@ -155,9 +172,16 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 	var wk *wake
 	if b == nil {
 		ctx, cancel := context.WithDeadline(r.Context(), deadline)
+		var hold trace.Span
+		if sp != nil {
+			ctx, hold = g.startHold(ctx)
+		}
 		var err error
 		b, err = rev.wait(ctx, g.cfg.QueueDepth, g.cfg.QueueTimeout)
 		cancel()
+		if hold != nil {
+			endHold(hold, err)
+		}
 		m.queueWait.Observe(time.Since(start).Seconds())
 		if err != nil {
 			errorDeadline()
@@ -176,6 +200,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		}
 	}()
 
+	if sp != nil {
+		f.spans = &forwardSpans{server: sp, forward: g.startForward(r, f)}
+		defer endForward(f.spans.forward, f)
+	}
 	if fast {
 		g.forwardH1(w, r, f, deadline)
 		return
@@ -387,7 +415,11 @@ func modifyResponse(resp *http.Response) error {
 			// wait for it (h2proxy.EndsRequest).
 			resp.Body = h2proxy.EndsRequest(resp.Body, f.body.src)
 		}
-		f.started(resp.StatusCode == http.StatusSwitchingProtocols)
+		upgrade := resp.StatusCode == http.StatusSwitchingProtocols
+		if upgrade && f.spans != nil {
+			f.endSpansAtUpgrade()
+		}
+		f.started(upgrade)
 	}
 	delete(resp.Header, notServedKey)
 	return nil

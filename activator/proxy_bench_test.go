@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/test/benchhttp"
+	"github.com/nomad-serverless/nomad-serverless/test/otlpsink"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // BenchmarkProxy measures one request through the gateway over real
@@ -72,4 +75,50 @@ func BenchmarkServe(b *testing.B) {
 	go srv.Serve(ln)
 	defer srv.Close()
 	benchhttp.Drive(b, ln.Addr().String(), "GET / HTTP/1.1\r\nHost: hello.default.localhost\r\nUser-Agent: bench\r\n\r\n")
+}
+
+// BenchmarkServeTracing is BenchmarkServe with tracing off, sampling 1 %
+// and sampling every request, exporting over OTLP/HTTP to a sink that
+// keeps nothing: the cost of tracing on the gateway, as ratios of one run
+// (benchstat).
+func BenchmarkServeTracing(b *testing.B) {
+	for _, c := range []struct{ name, ratio string }{{"tracing=off", ""}, {"tracing=1%", "0.01"}, {"tracing=100%", "1"}} {
+		b.Run(c.name, func(b *testing.B) {
+			var tp *tracing.Provider
+			if c.ratio != "" {
+				for k, v := range otlpsink.Start(b).Env(c.ratio) {
+					b.Setenv(k, v)
+				}
+				var err error
+				if tp, err = tracing.New(context.Background(), tracing.Options{ServiceName: "bench"}); err != nil {
+					b.Fatal(err)
+				}
+				defer tp.Shutdown(context.Background())
+			}
+			backend := benchhttp.Serve(b, benchhttp.OK)
+			cat := oneRevision(0, time.Minute)
+			host, port := splitHostPort(b, backend)
+			cat.SetReady("hello-00001", []consulroute.Instance{{ID: "x", Revision: "hello-00001", Address: host, Port: port}})
+			g, err := New(Config{Catalog: cat, Autoscaler: &fakeAutoscaler{ebc: 1000, known: true}, Tracing: tp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := g.Server("")
+			go srv.Serve(ln)
+			defer srv.Close()
+			// CPU per request of the whole process (client, gateway,
+			// backend, exporter): what tracing costs the machine, which a
+			// shared machine's wall clock blurs.
+			cpu := benchhttp.ProcessCPU()
+			benchhttp.Drive(b, ln.Addr().String(), "GET / HTTP/1.1\r\nHost: hello.default.localhost\r\nUser-Agent: bench\r\n\r\n")
+			if tp != nil {
+				_ = tp.ForceFlush(context.Background()) // the export of these requests' spans counts
+			}
+			b.ReportMetric(float64(benchhttp.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
 }

@@ -162,6 +162,12 @@ func (r *revision) wait(ctx context.Context, depth int, queueTimeout time.Durati
 	if first && r.wakes != nil && len(r.pool.Load().backends) == 0 {
 		r.wakes.open(r)
 	}
+	if r.wakes != nil && r.wakes.traced != nil {
+		// Tracing on: the held request's span joins the wake it waits on.
+		if wk := r.openWake.Load(); wk != nil {
+			wk.join(ctx)
+		}
+	}
 	if r.wake != nil {
 		r.wake(r)
 	}

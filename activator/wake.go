@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -41,6 +43,9 @@ type wakeTracker struct {
 	settle, bound, factsTTL time.Duration
 	// done gets every finished timeline (outside the lock).
 	done func(spec.WakeTimeline)
+	// traced, if set (tracing on), gets every finished timeline whose
+	// wake a traced request caused, with that request's hold span.
+	traced func(cause trace.SpanContext, tl spec.WakeTimeline)
 
 	// active counts revisions with state, so a routing-table rebuild skips
 	// the lock when nothing is timed (the common case).
@@ -80,6 +85,9 @@ type wake struct {
 	stop            func() bool
 	finished        bool
 	timeline        spec.WakeTimeline // once finished
+	// cause is the hold span of the traced request the wake's timeline
+	// belongs to (join); invalid when no held request was traced.
+	cause trace.SpanContext
 }
 
 // AllocationTimes is what Nomad's event stream says of an allocation, for
@@ -375,7 +383,13 @@ func (t *wakeTracker) finishLocked(st *wakeState, w *wake) *wake {
 
 // report hands a finished wake's timeline on (outside the lock).
 func (t *wakeTracker) report(w *wake) {
-	if w != nil && t.done != nil {
+	if w == nil {
+		return
+	}
+	if t.done != nil {
 		t.done(w.timeline)
+	}
+	if t.traced != nil && w.cause.IsSampled() {
+		t.traced(w.cause, w.timeline)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // Config is what one replica of the control plane runs with. Run checks it.
@@ -58,6 +59,9 @@ type Config struct {
 	Consul *consulroute.Client
 	// Logger gets every part's log; nil discards it.
 	Logger *slog.Logger
+	// Tracing, if set, traces the gateway's requests and wakes; its span
+	// queue's counters join the control plane's metrics.
+	Tracing *tracing.Provider
 }
 
 // check says what is wrong with c, and fills in the logger.
@@ -108,6 +112,13 @@ func Run(ctx context.Context, c Config) error {
 	}
 
 	reg := prometheus.NewRegistry()
+	if c.Tracing != nil {
+		for _, col := range c.Tracing.Collectors() {
+			if err := reg.Register(col); err != nil {
+				return fmt.Errorf("registering the tracing metrics: %w", err)
+			}
+		}
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	keys, err := newAdminKeys(ctx, consul, log, reg)
 	if err != nil {
@@ -139,7 +150,7 @@ func Run(ctx context.Context, c Config) error {
 		return err
 	}
 	gwc := activator.Config{Catalog: cat, Autoscaler: waker, Domain: c.Domain, Replica: c.Replica, Logger: log, Registerer: reg,
-		WakeRecorder: wakeRecorder{nomad}}
+		WakeRecorder: wakeRecorder{nomad}, Tracing: c.Tracing}
 	if certificates != nil {
 		gwc.TLS, gwc.HTTPSPort = certificates, ls.httpsPort()
 	}

@@ -341,6 +341,13 @@ func (d *DockerClient) Ping(ctx context.Context) error {
 	return d.do(ctx, http.MethodGet, "/_ping", nil, "", http.StatusOK, nil)
 }
 
+// Version is the engine's version ("28.5.2").
+func (d *DockerClient) Version(ctx context.Context) (string, error) {
+	var v struct{ Version string }
+	err := d.do(ctx, http.MethodGet, "/version", nil, "", http.StatusOK, &v)
+	return v.Version, err
+}
+
 // Build builds an image tagged tag from a build context tar whose
 // Dockerfile is named dockerfile, and returns the image's ID. dockerd
 // reports a failed step in the answer's stream, not its status.

@@ -17,6 +17,7 @@ import (
 	nomad "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/dev/devagents"
+	"github.com/nomad-serverless/nomad-serverless/nomadjob"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 )
@@ -183,6 +184,37 @@ func TestE2E18Docker(t *testing.T) {
 		t.Errorf("commands: user %s %v, sidecar %s %v", user.Path, user.Args, proxy.Path, proxy.Args)
 	}
 	h.checkNonRoot(ownDockerd, user, proxy)
+
+	// The queue-proxy starts with the app where the engine announces a
+	// container's address (docker 28 and later), after it otherwise.
+	engine, err := dc.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, _, err := h.nomad.Jobs().Info(rev, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lifecycle *nomad.TaskLifecycle
+	for _, task := range job.TaskGroups[0].Tasks {
+		if task.Name == spec.SidecarTaskName {
+			lifecycle = task.Lifecycle
+		}
+	}
+	besideApp := nomadjob.DockerAnnounces([]nomadjob.DockerEngine{{Node: "dev", Version: engine}})
+	if besideApp != (lifecycle == nil) || !besideApp && (lifecycle.Hook != nomad.TaskLifecycleHookPoststart || !lifecycle.Sidecar) {
+		t.Errorf("docker %s: the queue-proxy's lifecycle is %+v; want it started with the app: %v", engine, lifecycle, besideApp)
+	}
+	order := map[bool]string{true: "with the app", false: "after the app (poststart)"}[besideApp]
+	h.s.Timings.Note(h.scenario, StageFirstByte, fmt.Sprintf("docker %s: queue-proxy started %s", engine, order))
+	t.Logf("docker %s: the queue-proxy starts %s", engine, order)
+
+	// Nomad collects no log of the queue-proxy; it writes its own where
+	// Nomad would, as the image's non-root user, and logs reads it.
+	eventually(t, 30*time.Second, "logs -sidecar shows the docker sidecar's own log", func() (bool, string) {
+		out, errOut, code := h.cli("logs", "-follow=false", "-since", "10m", "-sidecar", "-stderr", "-revision", rev, svc)
+		return code == 0 && strings.Contains(out, "["+alloc[:8]+"] {") && strings.Contains(out, `"msg":`), fmt.Sprintf("exit %d: %q %s", code, out, errOut)
+	})
 
 	// Resources reach the containers: memory is docker's hard limit, cpu
 	// its shares.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,19 @@ func TestUnitWakeTimelineCheckAndTable(t *testing.T) {
 	bad := CheckWakeTimeline(whole, fb+20*time.Millisecond)
 	if len(bad) != 1 || !strings.Contains(bad[0], "apart") {
 		t.Errorf("a total 20ms off: %v", bad)
+	}
+	// A loaded machine's long wake: a tenth of the client's first byte.
+	slow := map[spec.WakeStep]time.Time{}
+	for s, at := range all {
+		slow[s] = at.Add(time.Duration(slices.Index(spec.WakeSteps, s)) * 100 * time.Millisecond)
+	}
+	slowTL := spec.NewWakeTimeline("s", "s-00001", "r", "a", slow)
+	sfb, _ := slowTL.FirstByte()
+	if bad := CheckWakeTimeline(slowTL, sfb+sfb/12); len(bad) != 0 {
+		t.Errorf("a %s wake %s off (under a tenth): %v", sfb, sfb/12, bad)
+	}
+	if bad := CheckWakeTimeline(slowTL, sfb+sfb/5); len(bad) != 1 || !strings.Contains(bad[0], "apart") {
+		t.Errorf("a %s wake %s off: %v", sfb, sfb/5, bad)
 	}
 	broken := map[spec.WakeStep]time.Time{}
 	for s, at := range all {

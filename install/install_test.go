@@ -445,10 +445,14 @@ func parsePolicy(t *testing.T, p Policy) []policyRule {
 	}
 	var rules []policyRule
 	for _, b := range body.Blocks {
-		if len(b.Labels) != 1 {
-			t.Fatalf("%s: block %s has labels %v, want one", p.File, b.Type, b.Labels)
+		// Nomad's node, agent, operator and quota blocks have no label.
+		if len(b.Labels) > 1 || len(b.Labels) == 0 && b.Type != "node" {
+			t.Fatalf("%s: block %s has labels %v", p.File, b.Type, b.Labels)
 		}
-		r := policyRule{Kind: b.Type, Label: b.Labels[0]}
+		r := policyRule{Kind: b.Type}
+		if len(b.Labels) == 1 {
+			r.Label = b.Labels[0]
+		}
 		for name, attr := range b.Body.Attributes {
 			v, diags := attr.Expr.Value(nil)
 			if diags.HasErrors() {
@@ -480,7 +484,10 @@ func TestPolicies(t *testing.T) {
 	}
 	want := [][]policyRule{
 		{{Kind: "namespace", Label: "*", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "scale-job"}}},
-		{{Kind: "namespace", Label: "apps", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "submit-job", "read-logs", "read-fs"}}},
+		{
+			{Kind: "namespace", Label: "apps", Capabilities: []string{"list-jobs", "read-job", "read-job-scaling", "submit-job", "read-logs", "read-fs"}},
+			{Kind: "node", Policy: "read"},
+		},
 		{
 			{Kind: "service_prefix", Label: "", Policy: "write"},
 			{Kind: "node_prefix", Label: "", Policy: "read"},
@@ -493,6 +500,7 @@ func TestPolicies(t *testing.T) {
 			{Kind: "service_prefix", Label: "", Policy: "write"},
 			{Kind: "node_prefix", Label: "", Policy: "read"},
 			{Kind: "key_prefix", Label: "nomad-serverless/services/", Policy: "write"},
+			{Kind: "key", Label: "nomad-serverless/tracing", Policy: "read"},
 			{Kind: "key_prefix", Label: "nomad-serverless/control-plane/", Policy: "deny"},
 		},
 	}
@@ -616,5 +624,16 @@ func TestNextSteps(t *testing.T) {
 	NextSteps(&b, o, Policies(o), "out")
 	if !strings.Contains(b.String(), "consul_ca=@") || !strings.Contains(b.String(), "consul_client_key=@") {
 		t.Errorf("-consul-tls variable: the steps do not put the CA and client certificate:\n%s", b.String())
+	}
+}
+
+// install passes its OTEL_* settings into serve's environment.
+func TestJobCarriesTracingSettings(t *testing.T) {
+	o := Defaults()
+	o.Tracing = map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SERVICE_NAME": "edge"}
+	job := Job(o, testVersion)
+	env := job.TaskGroups[0].Tasks[0].Env
+	if env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://collector:4318" || env["OTEL_SERVICE_NAME"] != "edge" || env["CONSUL_HTTP_ADDR"] == "" {
+		t.Errorf("serve's env %v", env)
 	}
 }

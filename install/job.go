@@ -74,6 +74,12 @@ type Options struct {
 
 	CPU      int
 	MemoryMB int
+
+	// Tracing is the OTEL_* environment of serve (the OTLP endpoint, the
+	// sampler, the resource): install passes its own (tracing.Settings,
+	// plus OTEL_SERVICE_NAME), and serve publishes it for the revisions'
+	// sidecars. Empty: tracing off.
+	Tracing map[string]string
 }
 
 // Nomad and Consul authentication modes of the control-plane job.
@@ -316,6 +322,9 @@ func Job(o Options, version string) *api.Job {
 	}
 
 	env := map[string]string{"CONSUL_HTTP_ADDR": o.ConsulAddr}
+	for k, v := range o.Tracing {
+		env[k] = v
+	}
 	task := &api.Task{
 		Name: taskName,
 		Env:  env,

@@ -81,6 +81,10 @@ func Policies(o Options) []Policy {
 				"submit-job registers revision jobs and deregisters and purges them on delete;",
 				"read-job also reads their allocations while deploy waits for instances;",
 				"read-logs streams their logs (logs), read-fs lists the log files (logs -since).",
+			) + nomadNodeRule("read",
+				"deploy reads the nodes' docker versions: where every one announces a",
+				"container's address (docker 28 or later), the queue-proxy starts beside a",
+				"docker app instead of after it, and wakes are faster.",
 			),
 		},
 		{
@@ -127,6 +131,8 @@ func Policies(o Options) []Policy {
 				"deploy reads instances' health while it waits for them.",
 			) + consulRule("key_prefix", "nomad-serverless/services/", "write",
 				"The last applied copy of each service.",
+			) + consulRule("key", consulroute.TracingKey, "read",
+				"serve's tracing settings (OTEL_*), compiled into each new revision's sidecar.",
 			) + consulRule("key_prefix", consulroute.ControlPlaneKVPrefix, "deny",
 				"The control plane's own keys, the admin API's keyring among them: whoever",
 				"reads it can scale every revision through the admin API. The gateway's TLS",
@@ -155,6 +161,10 @@ func nomadNamespaceRule(ns string, caps []string, comment ...string) string {
 	}
 	fmt.Fprintf(&b, "  capabilities = [%s]\n}\n", strings.Join(quoted, ", "))
 	return b.String()
+}
+
+func nomadNodeRule(policy string, comment ...string) string {
+	return fmt.Sprintf("\n%snode {\n  policy = %q\n}\n", commentLines(comment...), policy)
 }
 
 func consulRule(kind, prefix, policy string, comment ...string) string {

@@ -218,6 +218,13 @@ func publishesAppPort(t spec.Template) bool {
 	return !mode && !ports
 }
 
+// PublishesDockerPort reports whether a revision's queue-proxy starts
+// beside its app or after it depending on Options.DockerAnnounces: its app
+// is a docker container whose port Nomad publishes.
+func PublishesDockerPort(t spec.Template) bool {
+	return publishesAppPort(t) && t.Task.Driver == "docker"
+}
+
 // appPort is the app's port as the app itself sees it (its PORT): the fixed
 // number in bridge mode and inside a published container, Nomad's
 // interpolation otherwise.
@@ -439,8 +446,12 @@ func cloneValue(v any) any {
 // retry. A sidecar started with the container has its first readiness
 // probes in that window on every cold start (median first byte of a wake
 // 1.34 s on a Nomad 1.6 dev agent with dockerd 20.10, e2e scenario 18;
-// 0.75 s poststart). In bridge mode the sidecar reaches the app on the
-// allocation's loopback, and exec and raw_exec apps on the node's.
+// 0.75 s poststart). Docker 28 and later announce a container's address
+// (an unsolicited ARP) as its network comes up, which ends the wait at
+// once: with Options.DockerAnnounces (every docker engine of the cluster
+// that new, DockerAnnounces) the queue-proxy starts with a docker app too.
+// In bridge mode the sidecar reaches the app on the allocation's loopback,
+// and exec and raw_exec apps on the node's.
 //
 // The order of a group's tasks, which Nomad runs hook by hook: the
 // user's prestart tasks (init steps run to completion, sidecars keep
@@ -448,8 +459,8 @@ func cloneValue(v any) any {
 // named tasks without a hook), then the poststart tasks (the queue-proxy
 // here beside a published container); on stop the leader (the app), the
 // other main tasks, the sidecars, and last the poststop tasks.
-func sidecarLifecycle(t spec.Template) *api.TaskLifecycle {
-	if publishesAppPort(t) {
+func sidecarLifecycle(t spec.Template, o Options) *api.TaskLifecycle {
+	if publishesAppPort(t) && !(PublishesDockerPort(t) && o.DockerAnnounces) {
 		return &api.TaskLifecycle{Hook: api.TaskLifecycleHookPoststart, Sidecar: true}
 	}
 	return nil
@@ -468,6 +479,17 @@ func SidecarProcs(cpuMHz int) int {
 	return max(1, (cpuMHz+999)/1000)
 }
 
+// SidecarLogFile is the queue-proxy's log, which a raw_exec sidecar writes
+// itself (sidecar.LogFile) where Nomad would have, under the names Nomad's
+// logmon gives (queue-proxy.stderr.0, .1, ...), so that Nomad's logs API
+// and `nomad alloc logs` read it as any task's. Nomad then collects no log
+// of the task: its logmon is a process (a copy of the nomad binary)
+// spawned before the task starts, on the path of every wake, and kept for
+// the instance's life. Only raw_exec: Nomad 2.0 mounts the allocation's
+// logs directory read-only into docker containers and exec chroots, so
+// there the sidecar's log stays Nomad's to collect.
+const SidecarLogFile = "${NOMAD_ALLOC_DIR}/logs/" + spec.SidecarTaskName + ".stderr"
+
 func sidecarTask(rev spec.Revision, o Options) *api.Task {
 	t := rev.Template
 	env := spec.SidecarConfigForRevision(rev).Env()
@@ -481,9 +503,14 @@ func sidecarTask(rev spec.Revision, o Options) *api.Task {
 	env[spec.EnvSidecarInstance] = "${NOMAD_ALLOC_ID}"
 	s := o.Sidecar
 	env["GOMAXPROCS"] = strconv.Itoa(SidecarProcs(s.CPU))
+	for k, v := range o.SidecarEnv {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
 	task := &api.Task{
 		Name:      spec.SidecarTaskName,
-		Lifecycle: sidecarLifecycle(t),
+		Lifecycle: sidecarLifecycle(t, o),
 		Env:       env,
 		Resources: &api.Resources{CPU: new(s.CPU), MemoryMB: new(s.MemoryMB)},
 		// The sidecar drains within the user's kill_timeout
@@ -504,6 +531,11 @@ func sidecarTask(rev spec.Revision, o Options) *api.Task {
 		task.Driver = s.ArtifactDriver
 		task.Config = map[string]any{"command": s.ArtifactCommand, "args": []string{SidecarCommandArg}}
 		task.Artifacts = []*api.TaskArtifact{{GetterSource: new(s.ArtifactURL), RelativeDest: new("local/")}}
+	}
+	if task.Driver == "raw_exec" {
+		// The sidecar writes its log itself: no logmon to spawn.
+		env[spec.EnvSidecarLogFile] = SidecarLogFile
+		task.LogConfig = &api.LogConfig{Disabled: new(true)}
 	}
 	return task
 }

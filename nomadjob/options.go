@@ -81,6 +81,18 @@ type Options struct {
 	// LivenessGrace is added to a liveness probe's initial_delay for
 	// check_restart's grace (DefaultLivenessGrace).
 	LivenessGrace time.Duration
+
+	// SidecarEnv is more environment for the queue-proxy task: the
+	// control plane's tracing settings (OTEL_*, consulroute.TracingKey).
+	// The revision's own sidecar settings win over it.
+	SidecarEnv map[string]string
+
+	// DockerAnnounces says that every docker engine of the cluster
+	// announces a container's address as its network comes up
+	// (DockerAnnounces of Client.DockerEngines), so the queue-proxy may
+	// start beside a published docker container instead of after it
+	// (sidecarLifecycle). False, the safe order, when unknown.
+	DockerAnnounces bool
 }
 
 // SidecarOptions says how the queue-proxy task runs. Set exactly one of

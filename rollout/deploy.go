@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -62,6 +63,13 @@ type Config struct {
 	Now func() time.Time
 	// Retain is the policy old revisions are collected by after a deploy.
 	Retain consulroute.RetentionPolicy
+	// DockerEngines, when set, lists the cluster's docker engines. A
+	// revision of a published docker app is compiled to start its
+	// queue-proxy beside the app when every engine announces addresses
+	// (nomadjob.DockerAnnounces); nil, or an error reading them, keeps
+	// the proxy after the app. Read once per deploy, and only for such a
+	// revision.
+	DockerEngines func(ctx context.Context) ([]nomadjob.DockerEngine, error)
 }
 
 // Deployer carries out `deploy` for the services of one or more files.
@@ -77,6 +85,10 @@ type Deployer struct {
 	poll    time.Duration
 	now     func() time.Time
 	retain  consulroute.RetentionPolicy
+
+	engines     func(ctx context.Context) ([]nomadjob.DockerEngine, error)
+	enginesOnce sync.Once
+	announces   bool // every docker engine announces (read once)
 }
 
 // New returns a Deployer working as c says.
@@ -91,7 +103,7 @@ func New(c Config) (*Deployer, error) {
 		nomad: c.Nomad, consul: c.Consul, compile: c.Compile,
 		out: cmp.Or[io.Writer](c.Out, io.Discard), diag: cmp.Or[io.Writer](c.Diag, io.Discard),
 		tty: c.TTY, detach: c.Detach, wait: c.Wait, poll: cmp.Or(c.Poll, 500*time.Millisecond),
-		now: c.Now, retain: c.Retain,
+		now: c.Now, retain: c.Retain, engines: c.DockerEngines,
 	}
 	if d.now == nil {
 		d.now = time.Now
@@ -333,7 +345,11 @@ func (d *Deployer) register(ctx context.Context, svc *spec.Service, plan nomadjo
 		if plan.Unchanged {
 			return rev.Name(), existingDesired(plan, rev.Name()), nil
 		}
-		job, err := nomadjob.Compile(rev, d.compile)
+		opts := d.compile
+		if nomadjob.PublishesDockerPort(rev.Template) {
+			opts.DockerAnnounces = d.dockerAnnounces(ctx)
+		}
+		job, err := nomadjob.Compile(rev, opts)
 		if err != nil {
 			return "", 0, fmt.Errorf("compile revision %s: %w", rev.Name(), err)
 		}
@@ -348,6 +364,25 @@ func (d *Deployer) register(ctx context.Context, svc *spec.Service, plan nomadjo
 			return "", 0, fmt.Errorf("plan %s again after a concurrent deploy: %w", svc.Name, err)
 		}
 	}
+}
+
+// dockerAnnounces reports, once per deploy, whether every docker engine of
+// the cluster announces a container's address (nomadjob.DockerAnnounces).
+// When it cannot tell it says so once and answers no: the queue-proxy then
+// starts after the app, which is always correct, only slower to wake.
+func (d *Deployer) dockerAnnounces(ctx context.Context) bool {
+	d.enginesOnce.Do(func() {
+		if d.engines == nil {
+			return
+		}
+		engines, err := d.engines(ctx)
+		if err != nil {
+			fmt.Fprintf(d.diag, "Note: the queue-proxy of docker apps starts after the app, not with it (slower wakes): %v\n", err)
+			return
+		}
+		d.announces = nomadjob.DockerAnnounces(engines)
+	})
+	return d.announces
 }
 
 // groupCount is the count of a compiled job's group: the service's

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"io"
 	"log"
 	"net"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/benchhttp"
+	"github.com/nomad-serverless/nomad-serverless/test/otlpsink"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // rawApp is a minimal HTTP/1.1 app for benchmarks and tests
@@ -115,6 +118,60 @@ func BenchmarkServe(b *testing.B) {
 				addr = srv.Listener.Addr().String()
 			}
 			benchhttp.Drive(b, addr, "GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
+		})
+	}
+}
+
+// BenchmarkHandlerTracing is BenchmarkHandler (concurrency=10: every span
+// the sidecar makes) with tracing off, sampling 1 % and sampling every
+// request, exporting over OTLP/HTTP to a sink that keeps nothing: the
+// cost of tracing on the sidecar, as ratios of one run (benchstat). Each
+// request carries the gateway's traceparent, as behind the gateway: the
+// sampled flag set on 1 in 100 (every one at 100 %), so the sidecar
+// follows the gateway's decision as it does in production.
+func BenchmarkHandlerTracing(b *testing.B) {
+	for _, c := range []struct{ name, ratio string }{{"tracing=off", ""}, {"tracing=1%", "0.01"}, {"tracing=100%", "1"}} {
+		b.Run(c.name, func(b *testing.B) {
+			var tp *tracing.Provider
+			if c.ratio != "" {
+				for k, v := range otlpsink.Start(b).Env(c.ratio) {
+					b.Setenv(k, v)
+				}
+				var err error
+				if tp, err = tracing.New(context.Background(), tracing.Options{ServiceName: "bench"}); err != nil {
+					b.Fatal(err)
+				}
+				defer tp.Shutdown(context.Background())
+			}
+			s, err := New(benchConfig(rawApp(b), 10), Options{Tracing: tp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := s.Handler()
+			req := httptest.NewRequest("GET", "http://sidecar/", nil)
+			req.RemoteAddr = "127.0.0.1:1234"
+			w := &discardWriter{h: http.Header{}}
+			sampled := []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+			dropped := []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}
+			every := map[string]int{"0.01": 100, "1": 1}[c.ratio]
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := benchhttp.ProcessCPU()
+			for i := 0; i < b.N; i++ {
+				clear(w.h)
+				// The gateway's header, anew: the app span's replaces it.
+				req.Header["Traceparent"] = dropped
+				if every > 0 && i%every == 0 {
+					req.Header["Traceparent"] = sampled
+				}
+				h.ServeHTTP(w, req)
+			}
+			if tp != nil {
+				_ = tp.ForceFlush(context.Background()) // the export of these requests' spans counts
+			}
+			// CPU per request of the whole process (sidecar, app,
+			// exporter), which a shared machine's wall clock blurs.
+			b.ReportMetric(float64(benchhttp.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

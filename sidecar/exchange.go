@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 )
 
@@ -38,6 +40,10 @@ type exchange struct {
 	// body tracks an HTTP/1 request body that may still be arriving when
 	// the response starts (nil: none).
 	body h1.EOFer
+	// span is the request's server span (nil: tracing off, or not
+	// sampled), ended by Handler.done with the status; appSpan the call
+	// to the app's. A protocol switch ends both at its 101.
+	span, appSpan trace.Span
 
 	// Set before the timer is armed (Timer.Reset orders them before the
 	// timer goroutine reads them).
@@ -93,6 +99,7 @@ func (x *exchange) begin(w http.ResponseWriter, clientCtx context.Context, start
 	x.bytes = 0
 	x.wroteHeader = false
 	x.body = nil
+	x.span, x.appSpan = nil, nil
 	x.start = start
 	x.clientCtx = clientCtx
 	x.nextCheck = clientCheckInterval
@@ -123,6 +130,7 @@ func (x *exchange) finish() bool {
 	x.w = nil
 	x.clientCtx = nil
 	x.body = nil
+	x.span, x.appSpan = nil, nil
 	return true
 }
 
@@ -319,6 +327,9 @@ func (x *exchange) WriteHeader(code int) {
 	}
 	x.started.Store(true)
 	x.w.WriteHeader(code)
+	if code == http.StatusSwitchingProtocols && x.span != nil {
+		x.endSpansAtUpgrade()
+	}
 	if idle {
 		x.rearm(now)
 	}

@@ -14,9 +14,12 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // statusClientClosed is recorded (never sent) for a request whose client
@@ -41,6 +44,7 @@ type Handler struct {
 	meter   *meter
 	breaker *Breaker // nil: no limit
 	metrics *metrics
+	tracing *tracing.Provider // nil: off (tracing.go)
 
 	app     *appClient             // HTTP/1.1 requests: the hot path
 	appAddr string                 // <app host>:<app port>
@@ -73,9 +77,9 @@ var (
 	notServedValue   = []string{spec.NotServedValue}
 )
 
-func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *meter, b *Breaker, mt *metrics) *Handler {
+func newHandler(cfg spec.SidecarConfig, log, access *slog.Logger, st *state, m *meter, b *Breaker, mt *metrics, tr *tracing.Provider) *Handler {
 	h := &Handler{
-		cfg: cfg, log: log, access: access, state: st, meter: m, breaker: b, metrics: mt,
+		cfg: cfg, log: log, access: access, state: st, meter: m, breaker: b, metrics: mt, tracing: tr,
 		h2cApp:         cfg.AppProtocol == spec.ProtocolH2C,
 		probeOK:        []byte(spec.ProbeHeaderValue),
 		revisionHeader: []string{cfg.Revision},
@@ -198,21 +202,40 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Deferred so the accounting also runs when the proxy aborts a started
 	// response by panicking with http.ErrAbortHandler.
 	defer h.done(x, r, tracked)
+	if h.tracing != nil {
+		r = h.startSpan(x, r)
+	}
 
 	dispatched := start
 	if h.breaker != nil {
+		// Traced, the time behind the limit is a span even when it is
+		// none: the trace says the request did not wait.
+		var qs trace.Span
+		if x.span != nil {
+			qs = h.startQueueSpan(r)
+		}
 		if !h.breaker.TryAcquire() {
 			// Wait in line; the timer cancels the wait on a timeout or
 			// when the client has gone.
-			if err := x.queue(h.breaker); err != nil {
+			err := x.queue(h.breaker)
+			if qs != nil {
+				endQueueSpan(qs, true, err)
+			}
+			if err != nil {
 				h.refuse(x, err)
 				return
 			}
 			dispatched = time.Now()
+		} else if qs != nil {
+			endQueueSpan(qs, false, nil)
 		}
 		defer h.breaker.Release()
 	}
 	x.dispatch(dispatched)
+	if x.span != nil {
+		x.appSpan = h.startAppSpan(r)
+		defer endAppSpan(x.appSpan, x)
+	}
 
 	if r.ProtoMajor == 1 {
 		upgrade := r.Header["Upgrade"]
@@ -468,7 +491,10 @@ func (h *Handler) done(x *exchange, r *http.Request, tracked bool) {
 		status = http.StatusBadGateway
 	}
 	elapsed := now.Sub(x.start)
-	h.metrics.recordResponse(status, elapsed.Seconds())
+	h.metrics.recordResponse(status, elapsed.Seconds(), x.span)
+	if x.span != nil {
+		tracing.EndHTTP(x.span, status)
+	}
 	if h.access != nil {
 		h.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
 			slog.String("method", r.Method),

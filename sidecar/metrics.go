@@ -6,6 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // Timeout kinds, as metric label values and in 504 bodies.
@@ -95,15 +98,25 @@ func newMetrics(service, revision string, g gauges) *metrics {
 }
 
 // recordResponse counts one finished request.
-func (m *metrics) recordResponse(status int, seconds float64) {
+// sp is the request's span (nil: tracing off), whose trace a sampled
+// request's latency keeps as its exemplar.
+func (m *metrics) recordResponse(status int, seconds float64, sp trace.Span) {
 	class := status / 100
 	if class < 1 || class > 5 {
 		class = 0
 	}
 	m.byClass[class].Inc()
+	if sp != nil {
+		tracing.Observe(m.latency, seconds, sp.SpanContext())
+		return
+	}
 	m.latency.Observe(seconds)
 }
 
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		// OpenMetrics, when the scraper asks for it, carries the latency
+		// histogram's exemplars (trace ids); the text format drops them.
+		EnableOpenMetrics: true,
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // Options are the sidecar's settings beyond spec.SidecarConfig (command
@@ -29,6 +30,9 @@ type Options struct {
 	// first thing); zero is when New is called. The gateway's probe gets
 	// it for the wake's timeline (spec.InstanceTimesHeader).
 	Started time.Time
+	// Tracing, if set, traces every request (tracing.go); nil, tracing
+	// costs the request path nothing.
+	Tracing *tracing.Provider
 }
 
 // Sidecar is one instance's queue-proxy: the serving handler, the admin
@@ -130,7 +134,14 @@ func New(cfg spec.SidecarConfig, opts Options) (*Sidecar, error) {
 			access = log
 		}
 	}
-	s.handler = newHandler(cfg, log, access, s.state, s.meter, s.breaker, s.metrics)
+	if opts.Tracing != nil {
+		for _, col := range opts.Tracing.Collectors() {
+			if err := s.metrics.reg.Register(col); err != nil {
+				return nil, fmt.Errorf("registering the tracing metrics: %w", err)
+			}
+		}
+	}
+	s.handler = newHandler(cfg, log, access, s.state, s.meter, s.breaker, s.metrics, opts.Tracing)
 	s.handler.appRefused = s.appRefused
 	s.admin = &adminHandler{s: s, metrics: s.metrics.handler()}
 	return s, nil

@@ -31,6 +31,10 @@ const (
 	EnvSidecarDrainGrace  = "SERVERLESS_DRAIN_GRACE"
 	EnvSidecarDrainLimit  = "SERVERLESS_DRAIN_TIMEOUT"
 	EnvSidecarAccessLog   = "SERVERLESS_ACCESS_LOG" // "true" to log every request
+	// EnvSidecarLogFile is where the sidecar keeps its own log, as files
+	// <value>.<n>, when Nomad does not collect it (the compiled job:
+	// ${NOMAD_ALLOC_DIR}/logs/queue-proxy.stderr); empty: stderr.
+	EnvSidecarLogFile = "SERVERLESS_LOG_FILE"
 )
 
 // defaultDrainGrace is the longest drain grace: requests that still arrive

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // Environment variables that configure the test app. Every duration is a Go
@@ -27,6 +29,10 @@ const (
 
 // Config is the test app's configuration.
 type Config struct {
+	// Tracing, if set, makes every request a span of the app's own
+	// (tracing.go); the binary sets it from the OTEL_* environment.
+	Tracing *tracing.Provider
+
 	Host       string
 	Port       int
 	StartDelay time.Duration

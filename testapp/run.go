@@ -31,7 +31,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("testapp: listen on %s: %w", addr, err)
 	}
 	app := New(cfg)
-	srv := NewServer(app)
+	var h http.Handler = app
+	if cfg.Tracing != nil {
+		h = traced(cfg.Tracing, app)
+	}
+	srv := NewServer(h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("testapp: listening", "addr", ln.Addr().String(), "ready_delay", cfg.ReadyDelay)

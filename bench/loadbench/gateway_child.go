@@ -20,6 +20,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/certs"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // The gateway under test runs in its own process, as `serve` would, so its
@@ -89,7 +90,16 @@ func runGatewayChild(js string) error {
 		cat.SetService(catalog.Service{Name: r.Service, Namespace: spec.DefaultNamespace, Route: consulroute.Route{
 			Service: r.Service, Namespace: spec.DefaultNamespace, Splits: []consulroute.Split{{Revision: rev, Percent: 100}}}})
 	}
-	g, err := activator.New(activator.Config{Catalog: cat, Autoscaler: steadyAutoscaler{}, Policy: cfg.Policy, Replica: "bench"})
+	// -proxy-env OTEL_EXPORTER_OTLP_ENDPOINT=...,OTEL_TRACES_SAMPLER=...
+	// traces the gateway as serve would.
+	tp, err := tracing.New(context.Background(), tracing.Options{ServiceName: "loadbench-gateway"})
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		defer tp.Shutdown(context.Background())
+	}
+	g, err := activator.New(activator.Config{Catalog: cat, Autoscaler: steadyAutoscaler{}, Policy: cfg.Policy, Replica: "bench", Tracing: tp})
 	if err != nil {
 		return err
 	}

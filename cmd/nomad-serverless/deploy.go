@@ -51,11 +51,18 @@ service is invalid.
 	if err != nil {
 		return errorLine(e, "deploy", err)
 	}
+	// The control plane's tracing settings go into new revisions'
+	// sidecars. Without them (an older policy that may not read the key)
+	// the revisions deploy all the same, untraced.
+	if opts.SidecarEnv, err = consul.TracingSettings(ctx); err != nil {
+		fmt.Fprintf(e.stderr, "nomad-serverless deploy: warning: the control plane's tracing settings are not readable (%v); new revisions' sidecars will not export traces\n", err)
+	}
 	d, err := rollout.New(rollout.Config{
 		Nomad: nomad, Consul: consul, Compile: opts,
 		Out: e.stdout, Diag: e.stderr, TTY: isTerminal(e.stdout),
 		Detach: *detach, Wait: *wait, Poll: 500 * time.Millisecond,
 		Now: time.Now, Retain: consulroute.DefaultRetention(),
+		DockerEngines: nomad.DockerEngines,
 	})
 	if err != nil {
 		return errorLine(e, "deploy", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-serverless/nomad-serverless/install"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 const installUsage = `Usage: nomad-serverless install [options]
@@ -83,6 +84,10 @@ func runInstall(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 
+	o.Tracing = tracing.Settings(e.getenv)
+	if name := e.getenv("OTEL_SERVICE_NAME"); name != "" && len(o.Tracing) > 0 {
+		o.Tracing["OTEL_SERVICE_NAME"] = name
+	}
 	job := install.Job(o, version)
 	policies := install.Policies(o)
 	jobText, err := install.Render(job, format)

@@ -13,12 +13,15 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/nomad-serverless/nomad-serverless/activator"
 	"github.com/nomad-serverless/nomad-serverless/certs"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/controlplane"
 	"github.com/nomad-serverless/nomad-serverless/install"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // serveOptions are `serve`'s flags.
@@ -180,9 +183,23 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tp, err := tracing.New(ctx, tracing.Options{ServiceName: "nomad-serverless", Logger: log,
+		Attributes: []attribute.KeyValue{attribute.String("service.instance.id", o.replica)}})
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		log.Info("tracing on: spans go to the OTLP endpoint of the OTEL_* environment")
+		defer shutdownTracing(tp, log)
+	}
+	if err := consul.PutTracingSettings(ctx, tracing.ProcessSettings()); err != nil {
+		// Revisions deployed from now on would miss the settings; serving
+		// goes on.
+		log.Warn("could not publish the tracing settings for revisions' sidecars", "err", err)
+	}
 	return controlplane.Run(ctx, controlplane.Config{
 		Listen: o.listen, AdminListen: o.adminListen, InternalListen: o.internalListen, Sockets: o.sockets, Advertise: o.advertise,
 		Domain: o.domain, Replica: o.replica, Tick: o.tick, HTTPS: https,
-		Nomad: nomad, Consul: consul, Logger: log,
+		Nomad: nomad, Consul: consul, Logger: log, Tracing: tp,
 	})
 }

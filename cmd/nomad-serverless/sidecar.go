@@ -8,8 +8,11 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/nomad-serverless/nomad-serverless/sidecar"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // sidecarGCPercent is the sidecar's GOGC unless the environment sets one.
@@ -22,6 +25,16 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 	// The process's start as near as the command sees it: the first step
 	// of the instance in a wake's timeline.
 	started := time.Now()
+	if base := e.getenv(spec.EnvSidecarLogFile); base != "" {
+		// First, so that even a usage error is kept: Nomad collects
+		// nothing of this task (nomadjob.SidecarLogFile).
+		lf, err := sidecar.OpenLogFile(base, sidecar.LogMaxFiles, sidecar.LogMaxBytes)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "nomad-serverless sidecar: %v; logging to stderr\n", err)
+		} else {
+			e = &env{stdout: e.stdout, stderr: lf, getenv: e.getenv}
+		}
+	}
 	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	accessLog := fs.Bool("access-log", false, "log every request (JSON lines on stderr); same as "+spec.EnvSidecarAccessLog+"=true")
@@ -49,6 +62,7 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 			{spec.EnvSidecarDrainGrace, "after SIGTERM, serve arriving requests this long (default 3s)"},
 			{spec.EnvSidecarDrainLimit, "bound on the whole drain (default 29s)"},
 			{spec.EnvSidecarAccessLog, "true: log every request"},
+			{spec.EnvSidecarLogFile, "log to files <value>.0, .1, ... (10 of 10 MiB) instead of stderr"},
 		} {
 			fmt.Fprintf(e.stderr, "  %-34s %s\n", v[0], v[1])
 		}
@@ -88,7 +102,17 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 		debug.SetGCPercent(sidecarGCPercent)
 	}
 	log := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
-	sc, err := sidecar.New(cfg, sidecar.Options{Log: log, Started: started})
+	tp, err := tracing.New(ctx, tracing.Options{ServiceName: "nomad-serverless-sidecar", Logger: log,
+		Attributes: []attribute.KeyValue{attribute.String("serverless.service", cfg.Service),
+			attribute.String("serverless.revision", cfg.Revision), attribute.String("service.instance.id", cfg.Instance)}})
+	if err != nil {
+		fmt.Fprintln(e.stderr, "nomad-serverless sidecar:", err)
+		return exitUsage
+	}
+	if tp != nil {
+		defer shutdownTracing(tp, log)
+	}
+	sc, err := sidecar.New(cfg, sidecar.Options{Log: log, Started: started, Tracing: tp})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "nomad-serverless sidecar:", err)
 		return exitUsage

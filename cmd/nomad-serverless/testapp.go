@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/nomad-serverless/nomad-serverless/testapp"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // runTestapp runs the small HTTP app that tests and benchmarks put behind the
@@ -45,6 +46,13 @@ func runTestapp(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	if cfg.Tracing, err = tracing.New(ctx, tracing.Options{ServiceName: "testapp", Logger: log}); err != nil {
+		fmt.Fprintln(e.stderr, "nomad-serverless testapp:", err)
+		return exitUsage
+	}
+	if cfg.Tracing != nil {
+		defer shutdownTracing(cfg.Tracing, log)
+	}
 	if err := testapp.Run(ctx, cfg, log); err != nil {
 		fmt.Fprintln(e.stderr, "nomad-serverless testapp:", err)
 		return exitError

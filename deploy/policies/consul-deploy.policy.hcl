@@ -16,6 +16,11 @@ key_prefix "nomad-serverless/services/" {
   policy = "write"
 }
 
+# serve's tracing settings (OTEL_*), compiled into each new revision's sidecar.
+key "nomad-serverless/tracing" {
+  policy = "read"
+}
+
 # The control plane's own keys, the admin API's keyring among them: whoever
 # reads it can scale every revision through the admin API. The gateway's TLS
 # private keys are there too (nomad-serverless/control-plane/tls/).

@@ -6,3 +6,10 @@
 namespace "default" {
   capabilities = ["list-jobs", "read-job", "read-job-scaling", "submit-job", "read-logs", "read-fs"]
 }
+
+# deploy reads the nodes' docker versions: where every one announces a
+# container's address (docker 28 or later), the queue-proxy starts beside a
+# docker app instead of after it, and wakes are faster.
+node {
+  policy = "read"
+}

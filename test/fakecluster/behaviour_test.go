@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,12 +128,16 @@ func TestFailingTaskFailsTheAllocationWithNomadsWords(t *testing.T) {
 func TestStopDeregistersWaitsThenKillsMainTasksBeforeTheSidecar(t *testing.T) {
 	opts, out := fastOptions(t)
 	opts.ShutdownDelay = 700 * time.Millisecond
+	opts.DataDir = t.TempDir()
 	c := fakecluster.Start(t, opts)
 	nc, _ := clients(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	loop := `trap 'echo %s got INT; exit 0' INT; while :; do sleep 0.05; done`
-	job := shellRevision(t, "order", 1, fmt.Sprintf(loop, "user"), fmt.Sprintf(loop, "sidecar"))
+	// Nomad collects no output of the queue-proxy (its log collection is
+	// off): the stand-in writes where the real one does, to its own file.
+	sidecarLoop := `trap 'echo sidecar got INT >> "$SERVERLESS_LOG_FILE.0"; exit 0' INT; while :; do sleep 0.05; done`
+	job := shellRevision(t, "order", 1, fmt.Sprintf(loop, "user"), sidecarLoop)
 	if _, err := nc.Register(ctx, job, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +185,8 @@ func TestStopDeregistersWaitsThenKillsMainTasksBeforeTheSidecar(t *testing.T) {
 	}
 	eventually(t, 2*time.Second, "both traps ran", func() (bool, string) {
 		o := out.String()
-		return strings.Contains(o, "user got INT") && strings.Contains(o, "sidecar got INT"), o
+		b, _ := os.ReadFile(filepath.Join(opts.DataDir, "alloc", info.ID, "alloc", "logs", spec.SidecarTaskName+".stderr.0"))
+		return strings.Contains(o, "user got INT") && string(b) == "sidecar got INT\n" && !strings.Contains(o, "sidecar got"), fmt.Sprintf("task output %q, the sidecar's own log %q", o, b)
 	})
 }
 

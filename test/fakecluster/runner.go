@@ -443,7 +443,13 @@ func (t *taskRunner) start() (*process, error) {
 			c.Close()
 		}
 	}
-	for i, stream := range []*io.Writer{&cmd.Stdout, &cmd.Stderr} {
+	// With log collection off (logs { disabled = true }) Nomad points
+	// both at /dev/null and starts no logmon: a nil stream is /dev/null.
+	streams := []*io.Writer{&cmd.Stdout, &cmd.Stderr}
+	if lc := t.task.LogConfig; lc != nil && lc.Disabled != nil && *lc.Disabled {
+		streams = nil
+	}
+	for i, stream := range streams {
 		name := t.task.Name + []string{".stdout.0", ".stderr.0"}[i]
 		f, err := os.OpenFile(filepath.Join(r.dir, "alloc", "logs", name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

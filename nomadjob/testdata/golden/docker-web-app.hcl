@@ -148,6 +148,7 @@ job "hello-00001" {
         SERVERLESS_DRAIN_TIMEOUT          = "29s"
         SERVERLESS_IDLE_TIMEOUT           = "0s"
         SERVERLESS_INSTANCE               = "${NOMAD_ALLOC_ID}"
+        SERVERLESS_LOG_FILE               = "${NOMAD_ALLOC_DIR}/logs/queue-proxy.stderr"
         SERVERLESS_QUEUE_DEPTH            = "0"
         SERVERLESS_RESPONSE_START_TIMEOUT = "0s"
         SERVERLESS_REVISION               = "hello-00001"
@@ -158,6 +159,10 @@ job "hello-00001" {
       resources {
         cpu    = 50
         memory = 64
+      }
+
+      logs {
+        disabled = true
       }
     }
   }

@@ -162,6 +162,7 @@ job "api-00003" {
         SERVERLESS_IDLE_TIMEOUT           = "5s"
         SERVERLESS_INSTANCE               = "${NOMAD_ALLOC_ID}"
         SERVERLESS_LIVENESS               = "{\"type\":\"http\",\"path\":\"/healthz\",\"initial_delay\":3000000000,\"period\":5000000000,\"timeout\":2000000000,\"success_threshold\":1,\"failure_threshold\":4}"
+        SERVERLESS_LOG_FILE               = "${NOMAD_ALLOC_DIR}/logs/queue-proxy.stderr"
         SERVERLESS_QUEUE_DEPTH            = "100"
         SERVERLESS_READINESS              = "{\"type\":\"http\",\"path\":\"/ready\",\"headers\":{\"X-Probe\":\"ready\"},\"period\":0,\"timeout\":1000000000,\"success_threshold\":1,\"failure_threshold\":3}"
         SERVERLESS_RESPONSE_START_TIMEOUT = "10s"
@@ -173,6 +174,10 @@ job "api-00003" {
       resources {
         cpu    = 50
         memory = 64
+      }
+
+      logs {
+        disabled = true
       }
     }
   }

@@ -168,6 +168,7 @@ job "ledger-00001" {
         SERVERLESS_DRAIN_TIMEOUT          = "29s"
         SERVERLESS_IDLE_TIMEOUT           = "0s"
         SERVERLESS_INSTANCE               = "${NOMAD_ALLOC_ID}"
+        SERVERLESS_LOG_FILE               = "${NOMAD_ALLOC_DIR}/logs/queue-proxy.stderr"
         SERVERLESS_QUEUE_DEPTH            = "0"
         SERVERLESS_RESPONSE_START_TIMEOUT = "0s"
         SERVERLESS_REVISION               = "ledger-00001"
@@ -178,6 +179,10 @@ job "ledger-00001" {
       resources {
         cpu    = 50
         memory = 64
+      }
+
+      logs {
+        disabled = true
       }
     }
 

@@ -153,6 +153,7 @@ job "shop-00002" {
         SERVERLESS_DRAIN_TIMEOUT          = "29s"
         SERVERLESS_IDLE_TIMEOUT           = "0s"
         SERVERLESS_INSTANCE               = "${NOMAD_ALLOC_ID}"
+        SERVERLESS_LOG_FILE               = "${NOMAD_ALLOC_DIR}/logs/queue-proxy.stderr"
         SERVERLESS_QUEUE_DEPTH            = "0"
         SERVERLESS_RESPONSE_START_TIMEOUT = "0s"
         SERVERLESS_REVISION               = "shop-00002"
@@ -163,6 +164,10 @@ job "shop-00002" {
       resources {
         cpu    = 50
         memory = 64
+      }
+
+      logs {
+        disabled = true
       }
     }
   }

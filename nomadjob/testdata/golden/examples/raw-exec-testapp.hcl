@@ -137,6 +137,7 @@ job "testapp-00001" {
         SERVERLESS_DRAIN_TIMEOUT          = "4s"
         SERVERLESS_IDLE_TIMEOUT           = "0s"
         SERVERLESS_INSTANCE               = "${NOMAD_ALLOC_ID}"
+        SERVERLESS_LOG_FILE               = "${NOMAD_ALLOC_DIR}/logs/queue-proxy.stderr"
         SERVERLESS_QUEUE_DEPTH            = "100"
         SERVERLESS_RESPONSE_START_TIMEOUT = "0s"
         SERVERLESS_REVISION               = "testapp-00001"
@@ -147,6 +148,10 @@ job "testapp-00001" {
       resources {
         cpu    = 50
         memory = 64
+      }
+
+      logs {
+        disabled = true
       }
     }
   }

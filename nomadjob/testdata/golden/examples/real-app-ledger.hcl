@@ -163,6 +163,7 @@ job "ledger-00001" {
         SERVERLESS_DRAIN_TIMEOUT          = "29s"
         SERVERLESS_IDLE_TIMEOUT           = "0s"
         SERVERLESS_INSTANCE               = "${NOMAD_ALLOC_ID}"
+        SERVERLESS_LOG_FILE               = "${NOMAD_ALLOC_DIR}/logs/queue-proxy.stderr"
         SERVERLESS_QUEUE_DEPTH            = "0"
         SERVERLESS_READINESS              = "{\"type\":\"http\",\"path\":\"/healthz\",\"period\":0,\"timeout\":1000000000,\"success_threshold\":1,\"failure_threshold\":3}"
         SERVERLESS_RESPONSE_START_TIMEOUT = "0s"
@@ -174,6 +175,10 @@ job "ledger-00001" {
       resources {
         cpu    = 50
         memory = 64
+      }
+
+      logs {
+        disabled = true
       }
     }
 
