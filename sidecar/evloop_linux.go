@@ -106,7 +106,9 @@ const appIdleTimeout = 90 * time.Second
 const maxLoopHead = 4 << 10
 
 func newLoopFront(ln net.Listener, h *Handler, srv *http.Server, log *slog.Logger, handOff func(net.Conn, []byte)) (*loopFront, error) {
-	if h.h2cApp {
+	if h.h2cApp || h.tracing != nil {
+		// Traced requests keep the goroutine path, which makes their
+		// spans (the loop does not trace yet).
 		return nil, errNoLoop
 	}
 	sc, ok := ln.(syscall.Conn)
@@ -1661,7 +1663,7 @@ func (l *evloop) finish(c *lsock) {
 		status = http.StatusBadGateway
 	}
 	elapsed := now.Sub(r.start)
-	h.metrics.recordResponse(status, elapsed.Seconds())
+	h.metrics.recordResponse(status, elapsed.Seconds(), nil)
 	if h.access != nil {
 		h.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
 			slog.String("method", r.method),
