@@ -127,6 +127,7 @@ const (
 	DeliverReset   // Stream, Code: the stream ended abnormally; cancel its other side
 	DeliverCredit  // Stream (0: the connection): more may be sent (SendWindow)
 	PeerSettings   // HeaderTableSize: the peer's HPACK table size, for the encoder
+	PeerMaxFrame   // N: the largest frame the peer accepts, for the writer
 	PeerGoAway     // Stream (the peer's last processed), Code: open no more streams
 	// CloseConn: close the connection once the writes before it are out.
 	CloseConn // Code
@@ -479,6 +480,7 @@ func (c *Conn) stepSettings(now time.Time, f *http2.SettingsFrame) {
 			}
 		case http2.SettingMaxFrameSize:
 			c.peerMaxFrame = s.Val
+			c.emit(Action{Kind: PeerMaxFrame, N: s.Val})
 		case http2.SettingMaxConcurrentStreams:
 			c.peerMaxConcurrent = s.Val
 		case http2.SettingHeaderTableSize:

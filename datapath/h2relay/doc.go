@@ -47,6 +47,11 @@
 //     TestConnGoAway, TestConnTimers; FuzzConn feeds any bytes through a
 //     Framer and checks the windows, the stream count and that a closed
 //     connection does nothing more.
+//   - Writer (writer.go): the connection's Write* actions as frames in one
+//     buffer, flushed in one system call per turn (coalescing), with the
+//     connection's HPACK encoder (table size from PeerSettings) and header
+//     blocks split into CONTINUATION frames at the peer's frame size
+//     (PeerMaxFrame). TestWriterCoalescesFrames.
 //
 // # What remains (in this order)
 //
@@ -54,11 +59,10 @@
 //     connections on a locked thread, as the sidecar's HTTP/1.1 event
 //     loops in sidecar/evloop_linux.go) that reads with a Framer
 //     (ReadMetaHeaders, MaxHeaderListSize, SetMaxReadFrameSize from
-//     Config), calls Step/ReadError/Tick, and carries out Actions: writes
-//     through one buffered writer flushed once per turn (coalescing),
-//     HEADERS encoded with the connection's hpack.Encoder (its table size
-//     from PeerSettings), DATA split at SendWindow, read-header and idle
-//     deadlines on the socket, the preface read and checked before the
+//     Config), calls Step/ReadError/Tick, passes Actions through a Writer
+//     (flushed once per turn) and acts on the deliveries it hands back,
+//     splits DATA at SendWindow, keeps read-header and idle deadlines on
+//     the socket, and reads and checks the client preface before the
 //     Framer (bad preface: close).
 //  2. The relay between two Conns: stream ID mapping (downstream stream ->
 //     upstream stream on a pooled connection), Open on the upstream with
