@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/nomad-serverless
 PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
-.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-sidecar bench-gateway bench-grpc bench-tls lint demo fuzz fuzz-http clean
+.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-scale bench-sidecar bench-gateway bench-grpc bench-tls lint demo fuzz fuzz-http clean
 
 # CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
 # also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
@@ -67,8 +67,17 @@ e2e-scale: build
 e2e-rehearsal: build
 	$(GO) test -count=1 -v -timeout 20m ./e2e/ -args -rehearse
 
-bench: bench-sidecar bench-gateway bench-tls
-	$(GO) test -run '^$$' -bench . -benchmem ./spec/ ./hcl/ ./autoscaler/ ./sidecar/ ./activator/
+bench: bench-sidecar bench-gateway bench-tls bench-scale
+	$(GO) test -run '^$$' -bench . -skip '^BenchmarkScale' -benchmem ./spec/ ./hcl/ ./autoscaler/ ./sidecar/ ./activator/
+
+# The simulation benchmarks of issue 45: the route table, the revision
+# states, the autoscaler tick and the catalog feed's bookkeeping at 1k, 10k
+# and 100k revisions, then how each grows (bench/growth fails on a
+# quadratic one). SCALEBENCH passes go test flags (-benchtime 3x for a
+# quick look).
+SCALEBENCH ?= -benchtime 5x
+bench-scale:
+	{ $(GO) test -run '^$$' -bench '^BenchmarkScale' -benchmem $(SCALEBENCH) ./activator/ ./autoscaler/ ./controlplane/ 2>&1 || echo "FAIL: go test"; } | $(GO) run ./bench/growth
 
 # BENCHFLAGS passes loadbench flags: make bench-sidecar
 # BENCHFLAGS='-duration 1s -rounds 2' for a quick look, BENCHFLAGS='-peers ""'

@@ -49,8 +49,9 @@ func (g *Gateway) rebuild() {
 			if ns == "" {
 				ns = spec.DefaultNamespace
 			}
-			r = newRevision(cr.Name, cr.Service, ns, g.metrics.forRevision(cr.Service, cr.Name))
+			r = newRevision(cr.Name, cr.Service, ns, func() *revisionMetrics { return g.metrics.forRevision(cr.Service, cr.Name) })
 			r.wake = g.maybeWake
+			r.onActive = g.markActive
 			r.wakes = g.wakes
 			g.revs[cr.Name] = r
 		}
@@ -72,6 +73,9 @@ func (g *Gateway) rebuild() {
 			g.wakes.consulPassing(cr.Name, passingAllocs(allocs, ready))
 		}
 		g.installPool(r, eps, cfg.concurrency)
+		if len(r.pool.Load().backends) > 0 {
+			t.withInstances = append(t.withInstances, r)
+		}
 		for _, e := range eps {
 			if e.NeedsProbe {
 				want[probeKey{e.HostPort, e.Alloc}] = cr.Name
@@ -88,6 +92,7 @@ func (g *Gateway) rebuild() {
 	for name, r := range g.revs {
 		if _, ok := t.revisions[name]; !ok {
 			delete(g.revs, name)
+			g.forgetActive(r)
 			r.close(errRevisionGone)
 			for _, b := range r.backends {
 				b.closeIdle(time.Time{}, true)

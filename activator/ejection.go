@@ -53,7 +53,7 @@ func (g *Gateway) ejectBackend(r *revision, b *backend, f failure) {
 	if !b.eject() {
 		return
 	}
-	r.metrics.ejections.Inc()
+	r.metrics().ejections.Inc()
 	g.log.Warn("instance taken out of balancing until its probe passes", "revision", r.name, "instance", b.hostPort, "alloc", b.alloc, "reason", f.String())
 	ctx := context.Background()
 	if p := g.runCtx.Load(); p != nil {

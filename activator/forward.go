@@ -20,6 +20,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/datapath/rawio"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
 // forwardH1 proxies a plain HTTP/1.x request without a body (the common
@@ -52,7 +53,7 @@ import (
 // connection broke before any response goes there too, within the
 // revision's retry budget; one that proves the instance cannot serve
 // ejects it.
-func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, deadline time.Time) {
+func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, deadline time.Time, tp tracing.Traceparent) {
 	replayable := h1.Replayable(r.Method)
 	fresh := false
 	for {
@@ -69,7 +70,7 @@ func (g *Gateway) forwardH1(w http.ResponseWriter, r *http.Request, f *forward, 
 			fresh = false
 			continue
 		}
-		res, err := g.exchangeH1(w, r, f, uc, deadline)
+		res, err := g.exchangeH1(w, r, f, uc, deadline, tp)
 		if err == nil && res.keep {
 			f.b.putConn(uc)
 		} else {
@@ -142,11 +143,11 @@ func (g *Gateway) retryElsewhere(w http.ResponseWriter, r *http.Request, f *forw
 // budget, or says why not.
 func (f *forward) mayRetry() string {
 	if f.tries >= maxRetries {
-		f.rev.metrics.triesExhausted.Inc()
+		f.rev.metrics().triesExhausted.Inc()
 		return fmt.Sprintf("it was tried %d times", f.tries+1)
 	}
 	if !f.rev.budget.withdraw(time.Now()) {
-		f.rev.metrics.budgetDenied.Inc()
+		f.rev.metrics().budgetDenied.Inc()
 		return "the revision's retry budget is spent (many of its requests fail this way at once)"
 	}
 	return ""
@@ -157,7 +158,7 @@ func (f *forward) mayRetry() string {
 func (f *forward) reacquire(r *http.Request, deadline time.Time) bool {
 	g := f.g
 	f.tries++
-	f.rev.metrics.retries.Inc()
+	f.rev.metrics().retries.Inc()
 	g.log.Debug("instance could not serve the request; retrying on another", "revision", f.rev.name, "instance", f.b.hostPort)
 	f.rev.release(f.b)
 	f.b = nil
@@ -217,7 +218,7 @@ type h1Result struct {
 	keep        bool // the connection can serve another request
 }
 
-func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward, uc *upConn, deadline time.Time) (h1Result, error) {
+func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward, uc *upConn, deadline time.Time, tp tracing.Traceparent) (h1Result, error) {
 	var res h1Result
 	uc.begin(r.Context(), deadline)
 	defer uc.end()
@@ -226,7 +227,7 @@ func (g *Gateway) exchangeH1(w http.ResponseWriter, r *http.Request, f *forward,
 	if f.wake != nil {
 		f.wake.sending()
 	}
-	writeRequestHead(uc.bw, r, f.rev.header[0])
+	writeRequestHead(uc.bw, r, f.rev.header[0], tp)
 	uc.rw.AwaitReply() // the fast path's requests have no body
 	err := uc.bw.Flush()
 	res.wrote = err == nil || uc.rw.Written() > before
@@ -669,8 +670,10 @@ func fastPathOK(r *http.Request) bool {
 	return r.Body == nil || r.Body == http.NoBody
 }
 
-// writeRequestHead writes the request line and headers for the instance.
-func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
+// writeRequestHead writes the request line and headers for the instance,
+// with tp, a root request's not-sampled decision, if set: formatted in
+// the writer's own buffer, so carrying it allocates nothing.
+func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string, tp tracing.Traceparent) {
 	uri := r.RequestURI
 	if uri == "" || (uri[0] != '/' && uri != "*") {
 		uri = r.URL.RequestURI()
@@ -698,6 +701,11 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, revision string) {
 	bw.WriteString(": ")
 	bw.WriteString(revision)
 	bw.WriteString("\r\n")
+	if tp.IsSet() {
+		bw.WriteString("Traceparent: ")
+		bw.Write(tp.Append(bw.AvailableBuffer()))
+		bw.WriteString("\r\n")
+	}
 	// X-Forwarded-For and Forwarded: the chain so far, then this hop's
 	// client.
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {

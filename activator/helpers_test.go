@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
@@ -33,6 +34,8 @@ type fakeAutoscaler struct {
 	ebc     float64
 	known   bool
 	onWake  func(autoscaler.Demand)
+	// wakeTraces are the trace contexts the wakes came with.
+	wakeTraces []trace.SpanContext
 }
 
 func (f *fakeAutoscaler) ReportDemand(_ context.Context, _ string, d []autoscaler.Demand) error {
@@ -42,9 +45,10 @@ func (f *fakeAutoscaler) ReportDemand(_ context.Context, _ string, d []autoscale
 	return nil
 }
 
-func (f *fakeAutoscaler) Wake(_ context.Context, _ string, d autoscaler.Demand) error {
+func (f *fakeAutoscaler) Wake(ctx context.Context, _ string, d autoscaler.Demand) error {
 	f.mu.Lock()
 	f.wakes = append(f.wakes, d)
+	f.wakeTraces = append(f.wakeTraces, trace.SpanContextFromContext(ctx))
 	cb := f.onWake
 	f.mu.Unlock()
 	if cb != nil {

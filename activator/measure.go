@@ -79,3 +79,7 @@ func (r *revision) withMeasured(d autoscaler.Demand) (autoscaler.Demand, canary.
 	d.Measured = delta
 	return d, sent, d.Queued > 0 || d.InFlight > 0 || delta != nil
 }
+
+// pending reports whether requests ended since the last report that
+// reached the leader. Only the report loop calls it (it reads sent).
+func (m *measure) pending() bool { return m.requests.Load() != m.sent.Requests }

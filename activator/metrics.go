@@ -30,11 +30,13 @@ type metrics struct {
 	probes      *prometheus.CounterVec
 	probeReady  prometheus.Histogram
 	unknownHost prometheus.Counter
-	redirects   prometheus.Counter
-	panics      prometheus.Counter
-	rebuilds    prometheus.Counter
-	reports     *prometheus.CounterVec
-	wakeSteps   *prometheus.HistogramVec
+	// loadingRefused: requests refused because the catalog had not loaded.
+	loadingRefused prometheus.Counter
+	redirects      prometheus.Counter
+	panics         prometheus.Counter
+	rebuilds       prometheus.Counter
+	reports        *prometheus.CounterVec
+	wakeSteps      *prometheus.HistogramVec
 }
 
 // revisionMetrics are one revision's children, resolved once so a request
@@ -102,6 +104,10 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Namespace: gwNS, Name: "unknown_host_total",
 			Help: "Requests answered 404 because no service answers on their Host.",
 		}),
+		loadingRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: gwNS, Name: "catalog_loading_refused_total",
+			Help: "Requests answered 503 with Retry-After because the gateway could not route them and its catalog had not loaded within the hold (a starting replica with Nomad or Consul slow to answer).",
+		}),
 		redirects: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: gwNS, Name: "https_redirects_total",
 			Help: "Plain HTTP requests answered 308 to HTTPS (services with https { redirect = true }, for names with a certificate).",
@@ -128,7 +134,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.duration, m.retries, m.notRetried, m.ejections, m.rejected, m.queueWait, m.wakes,
-		m.probes, m.probeReady, m.unknownHost, m.redirects, m.panics, m.rebuilds, m.reports, m.wakeSteps,
+		m.probes, m.probeReady, m.unknownHost, m.loadingRefused, m.redirects, m.panics, m.rebuilds, m.reports, m.wakeSteps,
 		&stateCollector{g: g},
 	} {
 		if err := reg.Register(c); err != nil {

@@ -102,6 +102,18 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		return
 	}
 	rev, rt, tg, res := t.resolve(host, r.Header[revisionHeaderKey], sc)
+	if res != resolved && !g.catalogLoaded() {
+		if !g.awaitLoaded(r.Context()) {
+			_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+			g.metrics.loadingRefused.Inc()
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable,
+				"the gateway is starting and has not loaded the services of the cluster yet (Nomad or Consul is slow to answer); retry in a moment")
+			return
+		}
+		t = g.table.Load()
+		rev, rt, tg, res = t.resolve(host, r.Header[revisionHeaderKey], sc)
+	}
 	if res != resolved {
 		// Deadlines for our own short answer; a kept-alive connection
 		// must not inherit an earlier request's.
@@ -110,12 +122,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		return
 	}
 	cfg := rev.cfg.Load()
-	m := rev.metrics
+	m := rev.metrics()
 	var f *forward
 	status := 0
-	var sp trace.Span // the request's server span; nil: tracing off
+	var sp trace.Span          // the request's server span; nil: tracing off
+	var tp tracing.Traceparent // a root's not-sampled decision, for the instance
 	if g.tracing != nil {
-		r, sp = g.startRequestSpan(r, rev, rt)
+		r, sp, tp = g.startRequestSpan(r, rev, rt)
 	}
 	defer func() {
 		if f != nil {
@@ -130,6 +143,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 			m.duration.Observe(took.Seconds())
 		}
 		rev.measure.observe(status, took)
+		g.markActive(rev) // after observe: its delta is reported
 	}()
 
 	// The request must end by deadline (the revision's timeout, queue wait
@@ -191,6 +205,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		wk = rev.openWake.Load()
 	}
 	rev.inflight.Add(1)
+	g.markActive(rev)
 	rev.budget.deposit()
 	f = &forward{g: g, rev: rev, b: b, deadline: deadline, stall: cfg.timeout + stallSlack, wake: wk, h2: h2, connDeadline: connDeadline}
 	defer func() {
@@ -205,9 +220,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, sc scope) {
 		defer endForward(f.spans.forward, f)
 	}
 	if fast {
-		g.forwardH1(w, r, f, deadline)
+		g.forwardH1(w, r, f, deadline, tp)
 		return
 	}
+	tp.SetHeader(r.Header)
 
 	// Bodies, upgrades, HTTP/2: httputil.ReverseProxy streams both ways.
 	if r.Body != nil && r.Body != http.NoBody {
@@ -268,6 +284,33 @@ var (
 	pastDeadline = time.Unix(1, 0)
 )
 
+// catalogLoaded reports whether the table holds the whole catalog.
+func (g *Gateway) catalogLoaded() bool {
+	select {
+	case <-g.loaded:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitLoaded holds a request the gateway cannot route while the catalog
+// loads, until it is in (true) or for at most LoadingHold, or until the
+// client leaves (false).
+func (g *Gateway) awaitLoaded(ctx context.Context) bool {
+	g.loadingHeld.Add(1)
+	defer g.loadingHeld.Add(-1)
+	t := time.NewTimer(g.cfg.LoadingHold)
+	defer t.Stop()
+	select {
+	case <-g.loaded:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
 // notRouted answers a request that has no revision.
 func (g *Gateway) notRouted(w http.ResponseWriter, r *http.Request, rt *route, tg *target, res resolution) {
 	switch res {
@@ -291,7 +334,7 @@ func (g *Gateway) notRouted(w http.ResponseWriter, r *http.Request, rt *route, t
 // writeAcquireError answers a request that got no instance and returns the
 // status it wrote (0 when the client is gone).
 func (g *Gateway) writeAcquireError(w http.ResponseWriter, r *http.Request, rev *revision, cfg *revisionConfig, err error) int {
-	m := rev.metrics
+	m := rev.metrics()
 	switch {
 	case errors.Is(err, errQueueFull):
 		m.rejectedFull.Inc()

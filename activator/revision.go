@@ -58,6 +58,10 @@ type revision struct {
 	queued   atomic.Int32
 	inflight atomic.Int32
 	lastWake atomic.Int64 // unix nanoseconds
+	// active: the revision is in the gateway's set of revisions with
+	// requests (Gateway.markActive); onActive puts it there.
+	active   atomic.Bool
+	onActive func(*revision)
 
 	mu      sync.Mutex
 	waiters list.List // of *waiter, oldest first
@@ -67,7 +71,12 @@ type revision struct {
 	tracker  *endpointTracker
 	backends map[string]*backend
 
-	metrics *revisionMetrics
+	// newMetrics makes the revision's metric series, on its first
+	// request (metrics): made at once, they were most of the 14 KiB the
+	// gateway held per revision, at zero or not (issue 45).
+	newMetrics  func() *revisionMetrics
+	metricsOnce sync.Once
+	metricsM    *revisionMetrics
 	// measure is what rollouts judge the revision on (measure.go).
 	measure measure
 	// wake asks the autoscaler for a decision (Gateway.maybeWake).
@@ -83,20 +92,26 @@ type waiter struct {
 	el *list.Element // nil once dispatched or withdrawn; guarded by revision.mu
 }
 
-func newRevision(name, service, namespace string, m *revisionMetrics) *revision {
+func newRevision(name, service, namespace string, m func() *revisionMetrics) *revision {
 	r := &revision{
-		name:      name,
-		service:   service,
-		namespace: namespace,
-		header:    []string{name},
-		tracker:   newEndpointTracker(),
-		backends:  map[string]*backend{},
-		metrics:   m,
-		budget:    mustRetryBudget(),
+		name:       name,
+		service:    service,
+		namespace:  namespace,
+		header:     []string{name},
+		tracker:    newEndpointTracker(),
+		backends:   map[string]*backend{},
+		newMetrics: m,
+		budget:     mustRetryBudget(),
 	}
 	r.cfg.Store(&revisionConfig{timeout: spec.DefaultTimeout})
 	r.pool.Store(&pool{rr: &r.rr})
 	return r
+}
+
+// metrics are the revision's series, made on first use.
+func (r *revision) metrics() *revisionMetrics {
+	r.metricsOnce.Do(func() { r.metricsM = r.newMetrics() })
+	return r.metricsM
 }
 
 // inPath tells whether the activator is in the request path (Knative's
@@ -146,6 +161,9 @@ func (r *revision) wait(ctx context.Context, depth int, queueTimeout time.Durati
 	// Announce before the last try: a release that happens after this try
 	// sees queued > 0 and dispatches (under mu, so after we joined).
 	r.queued.Add(1)
+	if r.onActive != nil {
+		r.onActive(r)
+	}
 	first := r.waiters.Len() == 0
 	if first {
 		if b := r.pool.Load().acquire(); b != nil {

@@ -22,6 +22,8 @@ type table struct {
 	hosts, public map[string]*route
 	revisions     map[string]*revision
 	internalRevs  map[string]bool // nil when no service is internal
+	// withInstances are the revisions whose pool has backends.
+	withInstances []*revision
 }
 
 // scope is which of the gateway's listeners a request came in on.

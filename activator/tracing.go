@@ -55,11 +55,14 @@ const (
 
 // startRequestSpan opens a routed request's server span and returns the
 // request with it in its context; a request that is not sampled gets
-// none (nil), and every other span of the gateway is skipped for it.
-func (g *Gateway) startRequestSpan(r *http.Request, rev *revision, rt *route) (*http.Request, trace.Span) {
-	r, sp := g.tracing.StartRequest(r, spanGateway)
+// none (nil), and every other span of the gateway is skipped for it. A
+// root request that is not sampled gets tp instead, the decision the
+// instance must get: the fast path writes it into the request head
+// (writeRequestHead), the others into the header map.
+func (g *Gateway) startRequestSpan(r *http.Request, rev *revision, rt *route) (_ *http.Request, _ trace.Span, tp tracing.Traceparent) {
+	r, sp, tp := g.tracing.StartRequest(r, spanGateway)
 	if sp == nil {
-		return r, nil
+		return r, nil, tp
 	}
 	sp.SetAttributes(attrService.String(rev.service), attrRevision.String(rev.name))
 	if rt != nil {
@@ -68,7 +71,7 @@ func (g *Gateway) startRequestSpan(r *http.Request, rev *revision, rt *route) (*
 			sp.SetAttributes(attrTag.String(rt.tag))
 		}
 	}
-	return r, sp
+	return r, sp, tp
 }
 
 // endRequestSpan ends a request's server span with its outcome.
@@ -146,6 +149,24 @@ func (w *wake) join(ctx context.Context) {
 	} else if cause {
 		sp.SetAttributes(attrCause.Bool(true))
 	}
+}
+
+// wakeCause returns ctx with the hold span of the traced request that
+// caused the revision's open wake, if one did: the wake's scale call is
+// a span under it. The request joined the wake (join) before it asked
+// for the wake.
+func (r *revision) wakeCause(ctx context.Context) context.Context {
+	w := r.openWake.Load()
+	if w == nil {
+		return ctx
+	}
+	w.t.mu.Lock()
+	cause := w.cause
+	w.t.mu.Unlock()
+	if !cause.IsSampled() {
+		return ctx
+	}
+	return trace.ContextWithSpanContext(ctx, cause)
 }
 
 // traceWake writes a finished wake's timeline into the trace of the

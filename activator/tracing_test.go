@@ -14,10 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/nomad-serverless/nomad-serverless/autoscaler"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/tracing"
@@ -146,6 +148,53 @@ func TestTracingGatewaySpans(t *testing.T) {
 	}
 }
 
+// A root request (no trace context) the sampler drops gets no span, and
+// its decision reaches the sidecar as a traceparent with sampled=0 and a
+// new trace on both forwarding paths: written into the request head by
+// the fast path, through the header map by ReverseProxy.
+func TestTracingRootNotSampledCarriesDecision(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	p, err := tracing.New(context.Background(), tracing.Options{ServiceName: "test", Exporter: exp,
+		Sampler: sdktrace.ParentBased(sdktrace.NeverSample())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	got := make(chan []string, 4)
+	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Values("traceparent")
+		w.Write([]byte("ok"))
+	})
+	cat := oneRevision(0, 10*time.Second)
+	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	tg := startGateway(t, cat, nil, func(c *Config) { c.Tracing = p })
+	seen := map[string]bool{}
+	for _, path := range []string{"/fast", "/body"} {
+		var code int
+		if path == "/body" {
+			resp, _ := tg.send(t, http.MethodPost, "hello.default.localhost", path, strings.NewReader("x"), nil)
+			code = resp.StatusCode
+		} else {
+			code, _, _ = tg.get(t, "hello.default.localhost", path, nil)
+		}
+		if code != 200 {
+			t.Fatalf("%s: status %d", path, code)
+		}
+		tps := <-got
+		if len(tps) != 1 {
+			t.Fatalf("%s: the sidecar got traceparent %q, want one", path, tps)
+		}
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier{"Traceparent": tps}))
+		if !sc.IsValid() || sc.IsSampled() || seen[sc.TraceID().String()] {
+			t.Errorf("%s: the sidecar got traceparent %q: want a new trace, not sampled", path, tps[0])
+		}
+		seen[sc.TraceID().String()] = true
+	}
+	if spans := flushed(t, p, exp); len(spans) != 0 {
+		t.Errorf("requests not sampled exported %d spans", len(spans))
+	}
+}
+
 // A wake's timeline goes into the trace of the request that caused it:
 // a wake span under its hold and one span per step with whose time it
 // was; a second request held on the same wake links to the first.
@@ -232,6 +281,32 @@ func TestTracingWakeTimelineSpans(t *testing.T) {
 	}
 	if !linked {
 		t.Error("the second held request does not link to the wake's cause")
+	}
+}
+
+// A traced request held at zero asks for the wake with its hold span in
+// the wake's context: the scale call the autoscaler makes for it is a
+// span under the hold (autoscaler/tracing.go).
+func TestTracingWakeCarriesTheCause(t *testing.T) {
+	p, exp := newTestTracing(t)
+	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	cat := oneRevision(0, 10*time.Second)
+	as := &fakeAutoscaler{}
+	as.onWake = func(autoscaler.Demand) {
+		cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	}
+	tg := startGateway(t, cat, as, func(c *Config) { c.Tracing = p })
+	if code, _, _ := tg.get(t, "hello.default.localhost", "/", map[string]string{"traceparent": testParent}); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	hold, ok := spanNamed(flushed(t, p, exp), spanHold)
+	if !ok {
+		t.Fatal("no hold span")
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if len(as.wakeTraces) == 0 || as.wakeTraces[0].SpanID() != hold.SpanContext.SpanID() || !as.wakeTraces[0].IsSampled() {
+		t.Fatalf("wakes came with %v, want the hold span %v", as.wakeTraces, hold.SpanContext)
 	}
 }
 

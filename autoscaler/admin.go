@@ -123,7 +123,8 @@ func RegisterAdmin(e *echo.Echo, a *Autoscaler, guard WriteGuard) error {
 		if r.Replica == "" {
 			return badRequest(c, errors.New("replica is empty"))
 		}
-		return answer(c, a.Wake(c.Request().Context(), r.Replica, r.Demand))
+		ctx := extractWakeTrace(c.Request().Context(), c.Request().Header)
+		return answer(c, a.Wake(ctx, r.Replica, r.Demand))
 	}, signed)
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // maxRetryBackoff caps the wait between two attempts of one scale call.
@@ -39,12 +41,14 @@ func (l *loop) maybeApply(ctx context.Context, st *revState, dec Decision, now t
 	sh.applying = true
 	sh.mu.Unlock()
 	l.applies.Add(1)
-	go l.apply(ctx, sh, st.name, count, dec.Reason(), dec.Meta())
+	go l.apply(ctx, sh, st.name, count, dec.Reason(), dec.Meta(), l.wokenBy(st.name))
 }
 
 // apply calls the Scaler, retrying transient errors with backoff until
-// RetryAttempts calls were made or ctx ends (leadership lost).
-func (l *loop) apply(ctx context.Context, sh *shared, revision string, count int, reason string, meta map[string]string) {
+// RetryAttempts calls were made or ctx ends (leadership lost). woke is the
+// trace of the wake behind the decision, if a traced request caused one:
+// each call is a span in it.
+func (l *loop) apply(ctx context.Context, sh *shared, revision string, count int, reason string, meta map[string]string, woke trace.SpanContext) {
 	defer l.applies.Done()
 	a := l.a
 	var err error
@@ -55,7 +59,9 @@ func (l *loop) apply(ctx context.Context, sh *shared, revision string, count int
 		backoff := a.cfg.RetryBackoff
 		for attempt := 1; ; attempt++ {
 			calls++
-			err = a.cfg.Scaler.Scale(ctx, revision, count, reason, meta)
+			sctx, sp := startScaleSpan(ctx, a.cfg.Tracer, woke, "autoscaler", revision, count, attempt, reason)
+			err = a.cfg.Scaler.Scale(sctx, revision, count, reason, meta)
+			endScaleSpan(sp, err)
 			if err == nil {
 				break
 			}

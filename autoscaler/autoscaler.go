@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
@@ -86,6 +87,9 @@ type Config struct {
 	// Registerer, when set, gets the autoscaler's Prometheus metrics
 	// (nomad_serverless_autoscaler_*, labels service and revision).
 	Registerer prometheus.Registerer
+	// Tracer, when set (tracing on), makes the scale call of a wake a
+	// span in the trace of the request that caused it (tracing.go).
+	Tracer trace.Tracer
 }
 
 // ErrNotLeader is returned by the demand methods and served by the admin API
@@ -113,8 +117,10 @@ type Autoscaler struct {
 	measured map[string]canary.Measurement // by revision, since TakeMeasurements
 
 	wakeMu sync.Mutex
-	wakes  map[string]struct{} // revisions waiting for an immediate decision
-	kick   chan struct{}       // capacity 1: wakes coalesce
+	// wakes are the revisions waiting for an immediate decision, each
+	// with the trace of the request that woke it (invalid: none traced).
+	wakes map[string]trace.SpanContext
+	kick  chan struct{} // capacity 1: wakes coalesce
 }
 
 type replicaReport struct {
@@ -177,7 +183,7 @@ func New(cfg Config) (*Autoscaler, error) {
 		scraper:  scraper,
 		reports:  map[string]replicaReport{},
 		measured: map[string]canary.Measurement{},
-		wakes:    map[string]struct{}{},
+		wakes:    map[string]trace.SpanContext{},
 		kick:     make(chan struct{}, 1),
 	}
 	if cfg.Registerer != nil {
@@ -255,8 +261,9 @@ func (a *Autoscaler) ReportDemand(_ context.Context, replica string, demand []De
 // a decision for d.Revision now (as soon as the loop is free: at most one
 // round of scrapes, ScrapeTimeout, away). Concurrent wakes coalesce into one
 // decision, and a count is applied once, so a burst of requests makes one
-// scale call.
-func (a *Autoscaler) Wake(_ context.Context, replica string, d Demand) error {
+// scale call. A sampled trace in ctx (the request that caused the wake)
+// gets that call as a span.
+func (a *Autoscaler) Wake(ctx context.Context, replica string, d Demand) error {
 	if !a.running.Load() {
 		return ErrNotLeader
 	}
@@ -277,7 +284,10 @@ func (a *Autoscaler) Wake(_ context.Context, replica string, d Demand) error {
 	a.demandMu.Unlock()
 
 	a.wakeMu.Lock()
-	a.wakes[d.Revision] = struct{}{}
+	// The first traced wake of the revision stays its cause.
+	if tr, ok := a.wakes[d.Revision]; !ok || !tr.IsValid() {
+		a.wakes[d.Revision] = wakeTrace(ctx)
+	}
 	a.wakeMu.Unlock()
 	select {
 	case a.kick <- struct{}{}:

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
@@ -47,6 +49,9 @@ type loop struct {
 	gen        uint64
 	col        collector
 	sem        chan struct{} // bounds concurrent scale calls
+	// woken are the traces of the wakes the running tickWoken decides
+	// (by revision; tracing.go): the scale calls it makes are their spans.
+	woken map[string]trace.SpanContext
 
 	applies sync.WaitGroup
 }
@@ -103,11 +108,18 @@ func closed(ch <-chan struct{}) bool {
 func (l *loop) tickWoken(ctx context.Context) {
 	l.a.wakeMu.Lock()
 	names := make([]string, 0, len(l.a.wakes))
-	for name := range l.a.wakes {
+	for name, tr := range l.a.wakes {
 		names = append(names, name)
+		if tr.IsValid() {
+			if l.woken == nil {
+				l.woken = map[string]trace.SpanContext{}
+			}
+			l.woken[name] = tr
+		}
 	}
 	clear(l.a.wakes)
 	l.a.wakeMu.Unlock()
+	defer clear(l.woken) // only this decision's calls are the wakes'
 	if len(names) == 0 {
 		return
 	}

@@ -160,6 +160,7 @@ func (r *RemoteSink) post(ctx context.Context, path string, body any) error {
 		return fmt.Errorf("POST %s: %w", base+path, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	injectWakeTrace(ctx, req.Header)
 	resp, err := r.cfg.Client.Do(req)
 	if err != nil {
 		return fmt.Errorf("POST %s: %w", base+path, err)

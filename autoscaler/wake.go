@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 )
 
@@ -50,6 +52,9 @@ type WakerConfig struct {
 	// Now is the clock; nil is time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Tracer, when set (tracing on), makes a raise of a wake a traced
+	// request caused a span in its trace (tracing.go).
+	Tracer trace.Tracer
 }
 
 // Waker is the activator's DemandSink on every replica. A wake of a
@@ -267,7 +272,12 @@ func (w *Waker) raise(ctx context.Context, replica string, d Demand, n int) erro
 
 	reason := fmt.Sprintf("wake: %d %s waiting at the activator of replica %s", d.Queued, plural(d.Queued, "request", "requests"), replica)
 	meta := map[string]string{"rule": RuleWake.String(), "replica": replica, "queued": strconv.Itoa(d.Queued)}
-	raised, err := w.cfg.Raiser.ScaleAtLeast(ctx, d.Revision, n, reason, meta)
+	sctx, sp := startScaleSpan(ctx, w.cfg.Tracer, wakeTrace(ctx), "waker", d.Revision, n, 1, reason)
+	raised, err := w.cfg.Raiser.ScaleAtLeast(sctx, d.Revision, n, reason, meta)
+	if sp != nil {
+		sp.SetAttributes(attrRaised.Bool(raised))
+	}
+	endScaleSpan(sp, err)
 
 	w.mu.Lock()
 	st = w.state[d.Revision]

@@ -18,7 +18,10 @@ import (
 // registrations and the leader lock. It is safe for concurrent use and holds
 // no mutable state of its own beyond the underlying HTTP client.
 type Client struct {
-	api     *api.Client
+	api *api.Client
+	// cfg is the configuration api was made from: a client of another
+	// agent (AgentOf) is made from it with that agent's address.
+	cfg     api.Config
 	addr    string // scheme://address, for error messages
 	replica string
 	log     *slog.Logger
@@ -106,6 +109,9 @@ func NewClient(cfg *api.Config, opts ...Option) (*Client, error) {
 	if cfg == nil {
 		cfg = api.DefaultConfig()
 	}
+	// As given: api.NewClient rewrites cfg (the scheme cut off the
+	// address, an HTTP client dialing a unix socket).
+	orig := *cfg
 	a, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul client for %s: %w (check CONSUL_HTTP_ADDR and the TLS variables CONSUL_CACERT, CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY)", cfg.Address, err)
@@ -116,6 +122,7 @@ func NewClient(cfg *api.Config, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		api:        a,
+		cfg:        orig,
 		addr:       displayAddr(cfg),
 		tokenSet:   cfg.Token != "" || cfg.TokenFile != "",
 		caCert:     cmp.Or(cfg.TLSConfig.CAFile, cfg.TLSConfig.CAPath),

@@ -36,6 +36,9 @@ type fakeConsul struct {
 	// writes logs every mutating request ("PUT config service-splitter
 	// hello", "DELETE config ...", "PUT kv key").
 	writes []string
+	// configReads logs every read of config entries ("GET service-resolver
+	// hello-00001"; a listing has no name: "GET service-resolver").
+	configReads []string
 	// afterWrite runs after each config entry write or delete, with mu
 	// held; tests use it to check invariants at every step.
 	afterWrite func(f *fakeConsul)
@@ -91,6 +94,11 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.putEntry(w, body)
 	case strings.HasPrefix(p, "/v1/config/"):
 		kind, name, _ := strings.Cut(strings.TrimPrefix(p, "/v1/config/"), "/")
+		if r.Method == "GET" {
+			f.mu.Lock()
+			f.configReads = append(f.configReads, strings.TrimSpace("GET "+kind+" "+name))
+			f.mu.Unlock()
+		}
 		switch {
 		case r.Method == "GET" && name == "":
 			f.listEntries(w, kind)

@@ -2,10 +2,17 @@ package consulroute_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/nomad-serverless/nomad-serverless/test/testbin"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
@@ -158,4 +165,93 @@ func fakeClusterClient(t *testing.T, c *fakecluster.Cluster, replica string) *co
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// A replica that died (its activator check critical, no session) is
+// removed through the agent that holds its registrations: its stand-ins
+// and its activator registration go, a live replica's stay.
+func TestRemoveReplicaThroughItsAgent(t *testing.T) {
+	c := fakecluster.Start(t, fakecluster.Options{CheckInterval: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer healthy.Close()
+	livePort := healthy.Listener.Addr().(*net.TCPAddr).Port
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadPort := gone.Addr().(*net.TCPAddr).Port
+	gone.Close() // nothing answers there: the dead replica's check fails
+
+	live, dead := fakeClusterClient(t, c, "live"), fakeClusterClient(t, c, "dead")
+	for _, r := range []struct {
+		cl   *consulroute.Client
+		port int
+	}{{live, livePort}, {dead, deadPort}} {
+		if err := r.cl.RegisterActivator(ctx, consulroute.ActivatorRegistration{Address: "127.0.0.1", Port: r.port, AdminPort: r.port}); err != nil {
+			t.Fatal(err)
+		}
+		for _, rev := range []string{"a-00001", "b-00001"} {
+			svc, _, _ := spec.ParseRevisionName(rev)
+			if err := r.cl.RegisterStandIn(ctx, rev, svc, "127.0.0.1", r.port); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, _, err := live.API().Session().Create(&api.SessionEntry{Name: "nomad-serverless-autoscaler", TTL: "10s",
+		ServiceChecks: []api.ServiceCheck{{ID: live.ActivatorCheckID("")}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	var regs []consulroute.ReplicaRegistration
+	testbin.Eventually(t, 10*time.Second, 20*time.Millisecond, "the dead replica's check critical", func() (bool, string) {
+		regs, err = live.ReplicaRegistrations(ctx)
+		return err == nil && len(regs) == 2 && regs[0].Replica == "dead" && regs[0].Critical && !regs[1].Critical, fmt.Sprintf("%+v %v", regs, err)
+	})
+	holders, err := live.SessionHolders(ctx)
+	if err != nil || !maps.Equal(holders, map[string]bool{"live": true}) {
+		t.Fatalf("session holders %v, %v; want live only", holders, err)
+	}
+	removed, err := live.RemoveReplica(ctx, regs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{dead.StandInID("a-00001"), dead.StandInID("b-00001"), spec.ActivatorServiceName + "-dead"}
+	if !slices.Equal(removed, want) {
+		t.Errorf("removed %v, want %v", removed, want)
+	}
+	for _, rev := range []string{"a-00001", "b-00001"} {
+		if inst := c.Consul.Services(rev); len(inst) != 1 || inst[0].ID != live.StandInID(rev) {
+			t.Errorf("%s after removing the dead replica: %+v, want the live replica's stand-in only", rev, inst)
+		}
+	}
+	if inst := c.Consul.Services(spec.ActivatorServiceName); len(inst) != 1 || inst[0].ID != spec.ActivatorServiceName+"-live" {
+		t.Errorf("activator registrations left: %+v, want the live one only", inst)
+	}
+}
+
+// AgentOf reaches another node's agent as the client reaches its own.
+func TestAgentOfKeepsSchemeAndPort(t *testing.T) {
+	for _, tc := range []struct{ addr, scheme, want string }{
+		{"127.0.0.1:8500", "", "http://10.0.0.7:8500"},
+		{"https://127.0.0.1:8501", "", "https://10.0.0.7:8501"},
+		{"localhost:18500", "http", "http://10.0.0.7:18500"},
+	} {
+		cl, err := consulroute.NewClient(&api.Config{Address: tc.addr, Scheme: tc.scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := cl.AgentOf("10.0.0.7")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.addr, err)
+		}
+		if other.Addr() != tc.want {
+			t.Errorf("AgentOf from %s: %s, want %s", tc.addr, other.Addr(), tc.want)
+		}
+	}
+	cl, _ := consulroute.NewClient(&api.Config{Address: "unix:///run/consul.sock"})
+	if _, err := cl.AgentOf("10.0.0.7"); err == nil {
+		t.Error("AgentOf from a unix socket: no error")
+	}
 }

@@ -319,3 +319,44 @@ func TestPublishNeverLeavesDanglingRouteAcrossManyRollouts(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishReadsOnlyTheServicesEntries: a publish reads the entries of
+// its own service, never a listing of every service's, so what it reads
+// does not grow with the cluster (issue 45: listing every resolver made a
+// deploy of N services quadratic).
+func TestPublishReadsOnlyTheServicesEntries(t *testing.T) {
+	reads := func(others int) []string {
+		f, addr := newFakeConsul(t)
+		c := testClient(t, addr)
+		f.mu.Lock()
+		for _, kind := range []string{"service-defaults", "service-resolver"} {
+			f.entries[kind] = map[string]*fakeEntry{}
+			for i := range others {
+				name := fmt.Sprintf("other%d-00001", i)
+				f.entries[kind][name] = &fakeEntry{body: map[string]any{"Kind": kind, "Name": name, "Protocol": "http"}, create: 1, modify: 1}
+			}
+		}
+		f.mu.Unlock()
+		rec := recordWith([]spec.TrafficTarget{{Revision: "hello-00001", Percent: 50}, {Revision: "hello-00002", Percent: 50}},
+			"hello-00002", []string{"hello-00001", "hello-00002"}, nil)
+		publish(t, c, rec)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Clone(f.configReads)
+	}
+	alone, crowded := reads(0), reads(2000)
+	for _, r := range crowded {
+		if strings.Count(r, " ") < 2 {
+			t.Errorf("publish listed every entry of a kind: %s", r)
+		}
+		if strings.Contains(r, "other") {
+			t.Errorf("publish read another service's entry: %s", r)
+		}
+	}
+	if !slices.Equal(alone, crowded) {
+		t.Errorf("publish read %d entries beside 2,000 other services and %d alone:\n%v\n%v", len(crowded), len(alone), crowded, alone)
+	}
+	if len(crowded) == 0 {
+		t.Error("publish read nothing: it cannot have compared what Consul holds")
+	}
+}

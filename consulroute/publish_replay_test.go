@@ -21,10 +21,6 @@ func notFoundEntry(kind, name string) fixtures.Exchange {
 		`Config entry not found for "`+kind+`" / "`+name+`"`)
 }
 
-func emptyList(kind string) fixtures.Exchange {
-	return synthetic("list "+kind+" (none)", "GET", "/v1/config/"+kind, nil, 200, "40", []any{})
-}
-
 // kvRecord is a KV GET answer holding rec at index (shaped like fixture 044).
 func kvRecord(t testing.TB, rec Record, index uint64) fixtures.Exchange {
 	e := fx(t, "044-kv-get.json")
@@ -33,9 +29,11 @@ func kvRecord(t testing.TB, rec Record, index uint64) fixtures.Exchange {
 	return e
 }
 
-// publishedState is what Consul answers once helloRecord is published:
-// service-defaults for hello, both revisions and the activator; resolvers
-// (fixture 036); the router of fixture 032; the splitter of fixture 035.
+// publishedState is what Consul answers, read entry by entry in the order
+// Publish reads them, once helloRecord is published: service-defaults for
+// hello, both revisions and the activator; a resolver per revision (the
+// elements of fixture 036); the router of fixture 032; the splitter of
+// fixture 035.
 func publishedState(t testing.TB) []fixtures.Exchange {
 	return publishedStateFrom(t, consulDir)
 }
@@ -43,22 +41,44 @@ func publishedState(t testing.TB) []fixtures.Exchange {
 // publishedStateFrom is publishedState with the recorded resolvers and
 // splitter read from dir ("consul-1.22/" for Consul 1.22's answers).
 func publishedStateFrom(t testing.TB, dir string) []fixtures.Exchange {
-	var defaults []map[string]any
+	var out []fixtures.Exchange
 	for i, n := range []string{"hello", "hello-00001", "hello-00002", spec.ActivatorServiceName} {
-		defaults = append(defaults, map[string]any{"Kind": "service-defaults", "Name": n, "Protocol": "http",
-			"MeshGateway": map[string]any{}, "Expose": map[string]any{}, "CreateIndex": 40 + i, "ModifyIndex": 40 + i})
+		out = append(out, synthetic("read service-defaults "+n, "GET", "/v1/config/service-defaults/"+n, nil, 200, "47",
+			map[string]any{"Kind": "service-defaults", "Name": n, "Protocol": "http",
+				"MeshGateway": map[string]any{}, "Expose": map[string]any{}, "CreateIndex": 40 + i, "ModifyIndex": 40 + i}))
 	}
+	out = append(out, resolverReads(t, dir)...)
 	var router map[string]any
 	if err := json.Unmarshal(fx(t, "032-config-router.json").Request.Body, &router); err != nil {
 		t.Fatal(err)
 	}
 	router["CreateIndex"], router["ModifyIndex"] = 45, 45
-	return []fixtures.Exchange{
-		synthetic("list service-defaults", "GET", "/v1/config/service-defaults", nil, 200, "47", defaults),
-		fixtures.Load(t, dir+"036-config-list-resolvers.json"),
+	return append(out,
 		synthetic("read service-router hello", "GET", "/v1/config/service-router/hello", nil, 200, "47", router),
 		fixtures.Load(t, dir+"035-config-read-splitter.json"),
+	)
+}
+
+// resolverReads are the reads of each resolver of fixture 036 (a listing),
+// each answered with that resolver's recorded bytes, so fields the api
+// module does not know (Consul 1.22's Hash) reach the client as recorded.
+func resolverReads(t testing.TB, dir string) []fixtures.Exchange {
+	list := fixtures.Load(t, dir+"036-config-list-resolvers.json")
+	var elems []json.RawMessage
+	if err := json.Unmarshal(list.Response.BodyBytes(), &elems); err != nil {
+		t.Fatal(err)
 	}
+	var out []fixtures.Exchange
+	for _, raw := range elems {
+		var e struct{ Name string }
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatal(err)
+		}
+		x := synthetic("read service-resolver "+e.Name+" (from "+list.Name+")", "GET", "/v1/config/service-resolver/"+e.Name, nil, 200,
+			list.Response.Headers["X-Consul-Index"], raw)
+		out = append(out, x)
+	}
+	return out
 }
 
 func TestPublishWritesEntriesInSafeOrderAsRecorded(t *testing.T) {
@@ -76,8 +96,12 @@ func TestPublishWritesEntriesInSafeOrderAsRecorded(t *testing.T) {
 	kvPut := fx(t, "042-kv-put-cas0-create.json")
 	reads := []fixtures.Exchange{
 		withPath(fx(t, "048-kv-get-missing.json"), helloKey),
-		emptyList("service-defaults"),
-		emptyList("service-resolver"),
+		notFoundEntry("service-defaults", "hello"),
+		notFoundEntry("service-defaults", "hello-00001"),
+		notFoundEntry("service-defaults", "hello-00002"),
+		notFoundEntry("service-defaults", spec.ActivatorServiceName),
+		notFoundEntry("service-resolver", "hello-00001"),
+		notFoundEntry("service-resolver", "hello-00002"),
 		fx(t, "041-config-read-missing.json"),
 		notFoundEntry("service-splitter", "hello"),
 	}
@@ -168,7 +192,7 @@ func TestPublishTrafficChangeWritesOnlyWhatChanged(t *testing.T) {
 	if len(got) != len(ex) {
 		t.Fatalf("sent %d requests, want %d: %+v", len(got), len(ex), got)
 	}
-	writes := got[5:]
+	writes := got[1+len(publishedState(t)):]
 	assertSent(t, writes[0], deleteRouter)
 	assertSent(t, writes[1], splitter, map[string]any{"Kind": "service-splitter", "Name": "hello", "Splits": []any{
 		map[string]any{"Weight": 100, "Service": "hello-00002", "RequestHeaders": map[string]any{"Set": map[string]any{"X-Serverless-Revision": "hello-00002"}}},
@@ -214,11 +238,12 @@ func TestPublishLostCASRestoresWinnerAndReportsConflict(t *testing.T) {
 	if len(got) != len(ex) {
 		t.Fatalf("sent %d requests, want %d", len(got), len(ex))
 	}
-	assertSent(t, got[5], stale, mustJSON(t, ours))
-	if got[6].Method != "GET" || got[6].Path != helloKey {
-		t.Errorf("after the lost CAS Publish should read the winner, sent %s %s", got[6].Method, got[6].Path)
+	n := 1 + len(publishedState(t)) // the record, then the entries
+	assertSent(t, got[n], stale, mustJSON(t, ours))
+	if got[n+1].Method != "GET" || got[n+1].Path != helloKey {
+		t.Errorf("after the lost CAS Publish should read the winner, sent %s %s", got[n+1].Method, got[n+1].Path)
 	}
-	for _, r := range got[7:] {
+	for _, r := range got[n+2:] {
 		if r.Method != "GET" {
 			t.Errorf("restoring identical entries wrote %s %s", r.Method, r.Path)
 		}
@@ -236,7 +261,7 @@ func TestPublishCreateRaceLost(t *testing.T) {
 	if err := c.Publish(ctxTimeout(t, 10*time.Second), rec, 0); !errors.Is(err, ErrConflict) {
 		t.Fatalf("Publish: %v, want ErrConflict", err)
 	}
-	assertSent(t, replay.Received()[5], exists, mustJSON(t, rec))
+	assertSent(t, replay.Received()[1+len(publishedState(t))], exists, mustJSON(t, rec))
 }
 
 func TestPublishRefusesBadRecordBeforeWriting(t *testing.T) {
@@ -422,7 +447,7 @@ func TestDeleteMissingServiceIsNotFound(t *testing.T) {
 
 func TestReadRouteFromSplitterAndRouter(t *testing.T) {
 	state := publishedState(t)
-	c, _ := replayClient(t, state[3], state[2]) // splitter 035, router (032's body)
+	c, _ := replayClient(t, state[len(state)-1], state[len(state)-2]) // splitter 035, router (032's body)
 	got, err := c.ReadRoute(ctxTimeout(t, 5*time.Second), "hello")
 	if err != nil {
 		t.Fatal(err)

@@ -116,10 +116,13 @@ func reconcileNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, 
 		listed[r.Name] = true
 		tags.set(r.Name, r.ServiceTags)
 		cat.SetRevision(catalogRevision(r.RevisionInfo))
-		allocs, err := src.Allocations(ctx, r.Name)
-		if err != nil {
-			log.Warn("list allocations", "revision", r.Name, "err", err)
-			continue
+		var allocs []nomadjob.Allocation
+		if !atRest(r) {
+			var err error
+			if allocs, err = src.Allocations(ctx, r.Name); err != nil {
+				log.Warn("list allocations", "revision", r.Name, "err", err)
+				continue
+			}
 		}
 		live := map[string]bool{}
 		for _, a := range allocs {
@@ -142,6 +145,15 @@ func reconcileNomad(ctx context.Context, src nomadSource, cat *catalog.Catalog, 
 			tags.delete(r.Name)
 		}
 	}
+}
+
+// atRest reports whether the listing says a revision has nothing to route
+// to: count 0, and no instance running, starting or queued in its job
+// summary. Its allocations are not read: most revisions of a big cluster
+// sit at zero, and one read each made serve's start cost a request per
+// revision (issue 45).
+func atRest(r nomadjob.RevisionStatus) bool {
+	return r.Count == 0 && r.Running+r.Starting+r.Queued == 0
 }
 
 // applyNomadEvent folds one Nomad event into the catalog (and the

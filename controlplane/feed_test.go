@@ -30,6 +30,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 type fakeNomadSource struct {
+	mu     sync.Mutex
+	asked  []string // revisions whose allocations were listed
 	revs   []nomadjob.RevisionStatus
 	allocs map[string][]nomadjob.Allocation
 	events []nomadjob.Event
@@ -46,7 +48,40 @@ func (f *fakeNomadSource) AllRevisions(context.Context) ([]nomadjob.RevisionStat
 }
 
 func (f *fakeNomadSource) Allocations(_ context.Context, rev string) ([]nomadjob.Allocation, error) {
+	f.mu.Lock()
+	f.asked = append(f.asked, rev)
+	f.mu.Unlock()
 	return f.allocs[rev], nil
+}
+
+// A listing reads the allocations of the revisions that have instances,
+// not of those at rest (count 0, nothing running, starting or queued),
+// and a revision at rest keeps no allocation in the catalog.
+func TestReconcileReadsAllocationsOnlyOfRevisionsNotAtRest(t *testing.T) {
+	rev := func(name string, count, running int) nomadjob.RevisionStatus {
+		svc, _, _ := spec.ParseRevisionName(name)
+		return nomadjob.RevisionStatus{RevisionInfo: nomadjob.RevisionInfo{Name: name, Service: svc, Count: count}, Running: running}
+	}
+	src := &fakeNomadSource{
+		revs: []nomadjob.RevisionStatus{rev("idle-00001", 0, 0), rev("busy-00001", 1, 1), rev("stopping-00001", 0, 1), rev("waking-00001", 1, 0)},
+		allocs: map[string][]nomadjob.Allocation{
+			"busy-00001": {{ID: "b1", Revision: "busy-00001", Running: true, ClientStatus: "running", DesiredStatus: "run"}},
+		},
+	}
+	cat := catalog.New()
+	cat.SetRevision(catalog.Revision{Name: "idle-00001", Service: "idle"})
+	cat.SetAllocation(catalog.Allocation{ID: "i1", Revision: "idle-00001", Running: true}) // stopped since
+	reconcileNomad(context.Background(), src, cat, newRevisionTags(), src.revs, quietLog)
+	slices.Sort(src.asked)
+	if want := []string{"busy-00001", "stopping-00001", "waking-00001"}; !slices.Equal(src.asked, want) {
+		t.Errorf("allocations listed of %v, want %v", src.asked, want)
+	}
+	if a := cat.Allocations("idle-00001"); len(a) != 0 {
+		t.Errorf("the revision at rest kept allocations %+v", a)
+	}
+	if a := cat.Allocations("busy-00001"); len(a) != 1 || a[0].ID != "b1" {
+		t.Errorf("busy-00001's allocations %+v, want b1", a)
+	}
 }
 
 func (f *fakeNomadSource) StreamEvents(ctx context.Context, since uint64, fn func(nomadjob.Event)) (uint64, error) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nomad-serverless/nomad-serverless/activator"
 	"github.com/nomad-serverless/nomad-serverless/autoscaler"
@@ -129,8 +130,12 @@ func Run(ctx context.Context, c Config) error {
 	// Scaling to zero registers this replica's stand-in first (make before
 	// break for catalog-driven proxies).
 	scaler := standInFirst{scaler: nomad, src: consul, cat: cat, tags: tags, addr: advertise, port: gwPort, log: log}
+	var tracer trace.Tracer // nil: tracing off
+	if c.Tracing != nil {
+		tracer = c.Tracing.Tracer()
+	}
 	auto, err := autoscaler.New(autoscaler.Config{Revisions: cat, Scaler: scaler, Resources: nomadjob.NewUsageReader(nomad),
-		Tick: c.Tick, Logger: log, Registerer: reg})
+		Tick: c.Tick, Logger: log, Registerer: reg, Tracer: tracer})
 	if err != nil {
 		return err
 	}
@@ -141,7 +146,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	// Every replica wakes a revision at zero itself (and tells the leader):
 	// a wake never waits for leadership to move.
-	waker, err := autoscaler.NewWaker(autoscaler.WakerConfig{Revisions: cat, Raiser: nomad, Next: sink, Local: auto, Logger: log})
+	waker, err := autoscaler.NewWaker(autoscaler.WakerConfig{Revisions: cat, Raiser: nomad, Next: sink, Local: auto, Logger: log, Tracer: tracer})
 	if err != nil {
 		return err
 	}
@@ -149,8 +154,14 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
+	// The catalog is in once Nomad's revisions are listed and Consul's
+	// routes and ready instances joined to them; until then the gateway
+	// holds what it cannot route, then refuses it with 503 and
+	// Retry-After, rather than answer 404 for a service it has not loaded.
+	listed, recordsLoaded, readyJoined := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	catalogIn := make(chan struct{})
 	gwc := activator.Config{Catalog: cat, Autoscaler: waker, Domain: c.Domain, Replica: c.Replica, Logger: log, Registerer: reg,
-		WakeRecorder: wakeRecorder{nomad}, Tracing: c.Tracing}
+		WakeRecorder: wakeRecorder{nomad}, Loaded: catalogIn, Tracing: c.Tracing}
 	if certificates != nil {
 		gwc.TLS, gwc.HTTPSPort = certificates, ls.httpsPort()
 	}
@@ -188,11 +199,20 @@ func Run(ctx context.Context, c Config) error {
 		}()
 	}
 
-	listed := make(chan struct{})
+	goRun("catalog loaded", func(ctx context.Context) error {
+		for _, ch := range []chan struct{}{listed, recordsLoaded, readyJoined} {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		close(catalogIn)
+		return nil
+	})
 	goRun("follow Nomad", func(ctx context.Context) error {
 		return feedNomad(ctx, nomad, cat, tags, gw, func() { close(listed) }, log)
 	})
-	recordsLoaded, readyJoined := make(chan struct{}), make(chan struct{})
 	goRun("follow Consul records", func(ctx context.Context) error {
 		return feedRecords(ctx, consul, cat, func() { close(recordsLoaded) }, log)
 	})
@@ -214,14 +234,20 @@ func Run(ctx context.Context, c Config) error {
 		return autoscaler.RunWhenLeader(ctx, lock, func(ctx context.Context) error {
 			// The rollouts are driven beside the autoscaler, on its
 			// measurements, for exactly as long as it leads.
-			done := make(chan struct{})
+			done, reaped := make(chan struct{}), make(chan struct{})
 			go func() {
 				defer close(done)
 				waitLeading(ctx, auto)
 				_ = rollouts.Run(ctx)
 			}()
+			// The leader removes what dead replicas left in Consul.
+			go func() {
+				defer close(reaped)
+				reapDeadReplicas(ctx, consul, c.Replica, reapEvery, reapGrace, log)
+			}()
 			err := auto.Run(ctx)
 			<-done
+			<-reaped
 			return err
 		}, log)
 	})
@@ -324,8 +350,9 @@ func Run(ctx context.Context, c Config) error {
 
 // catalogLoadWait bounds how long a starting serve keeps its gateway's
 // connections waiting for the catalog (awaitCatalog). A healthy cluster
-// loads it in milliseconds; past this, clients get the gateway's own
-// answers (and it logs why) rather than wait toward their timeouts.
+// loads it in milliseconds; past this the gateway serves what it can
+// route, and holds (activator.Config.Loaded) or refuses with 503 and
+// Retry-After what it cannot, never 404, until the catalog is in.
 const catalogLoadWait = 10 * time.Second
 
 // awaitCatalog returns once every one of loaded is closed (Nomad's
@@ -333,10 +360,11 @@ const catalogLoadWait = 10 * time.Second
 // after wait, or when ctx ends. A starting serve takes no request before:
 // the kernel holds the connections made meanwhile in the listening
 // socket's backlog, and they are served once the gateway knows the
-// cluster. Otherwise a restarted serve answers its first requests from a
+// cluster. Otherwise a restarted serve answered its first requests from a
 // catalog still loading: 404 for a service that exists, 503 for a
 // revision it has not learned of yet (69 and 283 of them in one run of
-// e2e scenario 7, none since).
+// e2e scenario 7, none since; issue 45 saw it wait its full 10 s at 2,800
+// revisions, which the gateway's own hold now covers).
 func awaitCatalog(ctx context.Context, wait time.Duration, log *slog.Logger, loaded ...<-chan struct{}) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -346,7 +374,7 @@ func awaitCatalog(ctx context.Context, wait time.Duration, log *slog.Logger, loa
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			log.Warn("the gateway takes requests before the catalog has loaded: Nomad or Consul is slow to answer; services not loaded yet are answered 404 or 503", "waited", wait)
+			log.Warn("the gateway takes requests before the catalog has loaded: Nomad or Consul is slow to answer; a request for a service not loaded yet is held until it is, then refused with 503 and Retry-After", "waited", wait, "hold", activator.DefaultLoadingHold)
 			return
 		}
 	}

@@ -459,7 +459,7 @@ func TestE2E16Prometheus(t *testing.T) {
 		"scale calls":             total("nomad_serverless_autoscaler_scale_calls_total", ""),
 		"wakes":                   total("nomad_serverless_activator_wakes_total", ""),
 		"activator waits":         total("nomad_serverless_activator_queue_wait_seconds_count", ""),
-		"activator waits over 1s": total("nomad_serverless_activator_queue_wait_seconds_count", "") + " - " + total("nomad_serverless_activator_queue_wait_seconds_bucket", `,le="1"`),
+		"activator waits over 1s": total("nomad_serverless_activator_queue_wait_seconds_count", "") + " - " + total("nomad_serverless_activator_queue_wait_seconds_bucket", `,le=~"1|1.0"`), // OpenMetrics writes 1.0
 		"new allocations probed":  "sum(max_over_time(nomad_serverless_activator_probe_ready_seconds_count[15m]))",
 	}
 	sel := fmt.Sprintf(`{service=%q}`, svc)

@@ -31,12 +31,15 @@ import (
 // and testapp export over OTLP/HTTP to Jaeger v1.75.0. A request with a
 // traceparent wakes a revision from zero, and Jaeger returns its trace:
 // the gateway, the hold with the wake's timeline steps (each saying whose
-// time it was), the forward, the sidecar, its queue, the call to the app
-// and testapp's own span, each the child of the one before, the gateway's
-// span as long as the client's request within 10 ms. A gRPC call is a
-// trace of its own; a request with sampled=0 exports nothing; and with
-// Jaeger stopped requests keep flowing, as fast, while the dropped spans
-// are counted.
+// time it was) and the Nomad scale call the wake made, the forward, the
+// sidecar, its queue, the call to the app and testapp's own span, each
+// the child of the one before, the gateway's span as long as the client's
+// request within 10 ms. A request with sampled=0 exports nothing; a
+// traced request's id is the exemplar of the gateway's latency histogram
+// (what the dashboard follows to Jaeger); requests with B3 headers, single
+// and multiple, join the trace they name. A gRPC call is a trace of its
+// own; and with Jaeger stopped requests keep flowing, as fast, while the
+// dropped spans are counted.
 func TestE2E31Traces(t *testing.T) {
 	jaegerBin, err := exec.LookPath("jaeger")
 	if err != nil {
@@ -112,7 +115,7 @@ func TestE2E31Traces(t *testing.T) {
 			return false, fmt.Sprintf("found %v, %v", found, err)
 		}
 		names := spanNames(tr)
-		for _, want := range []string{"gateway", "activator hold", "gateway -> sidecar", "sidecar", "sidecar queue", "sidecar -> app", "testapp", "wake " + rev, "wake: first_byte"} {
+		for _, want := range []string{"gateway", "activator hold", "gateway -> sidecar", "sidecar", "sidecar queue", "sidecar -> app", "testapp", "wake " + rev, "wake: first_byte", "nomad scale"} {
 			if !slices.Contains(names, want) {
 				return false, fmt.Sprintf("no %q yet among %v", want, names)
 			}
@@ -130,6 +133,9 @@ func TestE2E31Traces(t *testing.T) {
 	gw, hold, fwd := one("gateway"), one("activator hold"), one("gateway -> sidecar")
 	sc, q, toApp, app := one("sidecar"), one("sidecar queue"), one("sidecar -> app"), one("testapp")
 	wake := one("wake " + rev)
+	// The wake's scale-up, as the autoscaler wrote it to Nomad: a span of
+	// its own under the hold of the request that caused it.
+	scale := one("nomad scale")
 	for _, c := range []struct {
 		child, parent JaegerSpan
 		service       string
@@ -138,6 +144,7 @@ func TestE2E31Traces(t *testing.T) {
 		{hold, gw, "nomad-serverless"},
 		{fwd, gw, "nomad-serverless"},
 		{wake, hold, "nomad-serverless"},
+		{scale, hold, "nomad-serverless"},
 		{sc, fwd, "nomad-serverless-sidecar"},
 		{q, sc, "nomad-serverless-sidecar"},
 		{toApp, sc, "nomad-serverless-sidecar"},
@@ -166,6 +173,15 @@ func TestE2E31Traces(t *testing.T) {
 	if steps < 8 {
 		t.Errorf("%d timeline steps in the trace, want the wake's (at least 8)", steps)
 	}
+	// The scale call is made after the hold began and before Nomad placed
+	// the allocation; it asked for one instance.
+	if scale.Tag("serverless.revision") != rev || scale.Tag("serverless.scale.count") != "1" || scale.Start().Before(hold.Start()) {
+		t.Errorf("nomad scale span: tags %v, start %s (hold %s)", scale.Tags, scale.Start(), hold.Start())
+	}
+	if placed := tr.Named("wake: allocation_placed"); len(placed) == 1 && scale.Start().After(placed[0].Start().Add(placed[0].Took())) {
+		t.Errorf("nomad scale span starts at %s, after the allocation was placed (%s)", scale.Start(), placed[0].Start().Add(placed[0].Took()))
+	}
+	t.Logf("  %-32s %-6s +%s (%s)", scale.OperationName, "nomad", FormatDuration(scale.Start().Sub(hold.Start())), FormatDuration(scale.Took()))
 	// One clock (this machine): the gateway's span is within the client's
 	// request, and at most 10 ms shorter.
 	if d := took - gw.Took(); d < -time.Millisecond || d > 10*time.Millisecond {
@@ -192,6 +208,49 @@ func TestE2E31Traces(t *testing.T) {
 	})
 	if _, found, err := GetJaegerTrace(ctx, queryURL, unsampled); found || err != nil {
 		t.Errorf("a request with sampled=0 was exported (found %v, %v)", found, err)
+	}
+	// The gateway's latency histogram links the marker request to its
+	// trace (an exemplar with its trace id, in the OpenMetrics format a
+	// Prometheus with exemplar storage asks for): the link the dashboard's
+	// Latency panel follows to Jaeger.
+	eventually(t, 30*time.Second, "the gateway's latency histogram has the marker's trace id as an exemplar", func() (bool, string) {
+		page, err := openMetrics(ctx, g.adminURL()+"/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, line := range strings.Split(page, "\n") {
+			if strings.HasPrefix(line, "nomad_serverless_gateway_request_duration_seconds_bucket") && strings.Contains(line, `# {trace_id="`+marker+`"}`) {
+				return true, ""
+			}
+		}
+		return false, "no exemplar with trace_id " + marker
+	})
+
+	// B3 (Zipkin's headers, single and multiple): the request joins the
+	// trace the headers name, its gateway span the child of their span.
+	for _, style := range []string{"single", "multi"} {
+		b3tid, b3span := randomHex(t, 16), randomHex(t, 8)
+		headers := map[string]string{"b3": b3tid + "-" + b3span + "-1"}
+		if style == "multi" {
+			headers = map[string]string{"X-B3-TraceId": b3tid, "X-B3-SpanId": b3span, "X-B3-Sampled": "1"}
+		}
+		if o := headerGet(ctx, t, client, g, svc, headers); !o.OK() {
+			t.Fatalf("request with B3 (%s): %s", style, o.Describe())
+		}
+		eventually(t, 60*time.Second, "Jaeger has the trace of the request with B3 headers ("+style+")", func() (bool, string) {
+			bt, found, err := GetJaegerTrace(ctx, queryURL, b3tid)
+			if !found {
+				return false, fmt.Sprintf("found %v, %v", found, err)
+			}
+			gws := bt.Named("gateway")
+			if len(gws) != 1 || len(bt.Named("testapp")) != 1 {
+				return false, fmt.Sprintf("spans %v", spanNames(bt))
+			}
+			if gws[0].Parent() != b3span {
+				return false, fmt.Sprintf("gateway span's parent %s, want the B3 span %s", gws[0].Parent(), b3span)
+			}
+			return true, ""
+		})
 	}
 
 	// (3) A gRPC call is a trace like any request (HTTP/2 end to end).
@@ -269,14 +328,24 @@ func TestE2E31Traces(t *testing.T) {
 // traceparent ("" for none).
 func tracedGet(ctx context.Context, t *testing.T, c *http.Client, g *gateway, svc, traceparent string) Outcome {
 	t.Helper()
+	var h map[string]string
+	if traceparent != "" {
+		h = map[string]string{"traceparent": traceparent}
+	}
+	return headerGet(ctx, t, c, g, svc, h)
+}
+
+// headerGet sends GET / to a service through the gateway with headers.
+func headerGet(ctx context.Context, t *testing.T, c *http.Client, g *gateway, svc string, headers map[string]string) Outcome {
+	t.Helper()
 	o := Outcome{Start: time.Now()}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url()+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Host = host(svc, "")
-	if traceparent != "" {
-		req.Header.Set("traceparent", traceparent)
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -288,6 +357,23 @@ func tracedGet(ctx context.Context, t *testing.T, c *http.Client, g *gateway, sv
 	resp.Body.Close()
 	o.Status, o.End = resp.StatusCode, time.Now()
 	return o
+}
+
+// openMetrics reads a /metrics page in the OpenMetrics format, the one
+// that carries exemplars.
+func openMetrics(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 func randomHex(t *testing.T, n int) string {

@@ -99,6 +99,8 @@ func Policies(o Options) []Policy {
 				spec.ActivatorServiceName+" (and "+spec.InternalServiceName+" for its internal listener)",
 				"and, while a revision is at zero, one stand-in",
 				"instance in that revision's service (named <service>-<generation>, so a prefix).",
+				"The leader removes, through the agent that holds them, the stand-ins and",
+				"activator registration of a replica that died (its session ended).",
 			) + consulRule("node_prefix", "", "read",
 				"Health queries list instances on every node.",
 			) + consulRule("key_prefix", "nomad-serverless/", "write",
@@ -114,7 +116,8 @@ func Policies(o Options) []Policy {
 				"a name. Only the control plane may read it.",
 			) + consulRule("session_prefix", "", "write",
 				"The leader lock's session and the certificate locks' session, created on the",
-				"node of the replica's Consul agent.",
+				"node of the replica's Consul agent; the leader lists every session to tell",
+				"which replicas are alive.",
 			),
 		},
 		{

@@ -171,6 +171,11 @@ func group(rev spec.Revision, o Options) (*api.TaskGroup, error) {
 		Tasks:   append([]*api.Task{userTask(rev), sidecarTask(rev, o)}, sideTasks(rev)...),
 		Volumes: volumes(t.Volumes),
 	}
+	for _, task := range g.Tasks {
+		if task.Name != spec.SidecarTaskName {
+			writeOwnLogs(task, o)
+		}
+	}
 	if d := t.EphemeralDisk; d != nil {
 		g.EphemeralDisk = &api.EphemeralDisk{SizeMB: new(d.SizeMB), Sticky: new(d.Sticky), Migrate: new(d.Migrate)}
 	}
@@ -480,7 +485,7 @@ func SidecarProcs(cpuMHz int) int {
 }
 
 // SidecarLogFile is the queue-proxy's log, which a raw_exec sidecar writes
-// itself (sidecar.LogFile) where Nomad would have, under the names Nomad's
+// itself (tasklog.File) where Nomad would have, under the names Nomad's
 // logmon gives (queue-proxy.stderr.0, .1, ...), so that Nomad's logs API
 // and `nomad alloc logs` read it as any task's. Nomad then collects no log
 // of the task: its logmon is a process (a copy of the nomad binary)

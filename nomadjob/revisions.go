@@ -180,6 +180,64 @@ func (c *Client) AllRevisions(ctx context.Context) ([]RevisionStatus, uint64, er
 	return st, index, err
 }
 
+// RevisionCount is a revision's instance counts, as `list` shows them.
+type RevisionCount struct {
+	Name      string `json:"name"`
+	Service   string `json:"service"`
+	Namespace string `json:"namespace"`
+	Stopped   bool   `json:"stopped"`
+	// Desired is the group count; Running the running instances.
+	Desired int `json:"desired"`
+	Running int `json:"running"`
+}
+
+// AllRevisionCounts lists every revision of ours in every namespace with
+// its counts, from one listing plus a read of each job that is not at rest.
+// A revision at rest (not stopped, and its summary shows no instance
+// running, starting, queued, failed, lost or unknown) has count 0; only
+// the job itself says the count of the others. Reading every job, as
+// AllRevisions does, made `list` take 4.8 s at 2,716 services, when most
+// of them sit at zero (issue 45). The one count this misses is a scale
+// call from zero that Nomad's scheduler has not acted on yet.
+func (c *Client) AllRevisionCounts(ctx context.Context) ([]RevisionCount, error) {
+	const op = "list all revisions"
+	stubs, _, err := c.list(ctx, op, api.AllNamespacesNamespace, "", ourFilter)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RevisionCount, 0, len(stubs))
+	var active []*api.JobListStub
+	for _, s := range stubs {
+		svc, _, _ := spec.ParseRevisionName(s.ID)
+		ns := s.Namespace
+		if ns == "" {
+			ns = c.namespaceOf(s.ID)
+		}
+		rc := RevisionCount{Name: s.ID, Service: svc, Namespace: ns, Stopped: s.Stop}
+		var g api.TaskGroupSummary
+		if s.JobSummary != nil {
+			g = s.JobSummary.Summary[spec.GroupName]
+		}
+		rc.Running = g.Running
+		if !s.Stop && g.Running+g.Starting+g.Queued+g.Failed+g.Lost+g.Unknown > 0 {
+			active = append(active, s)
+			continue
+		}
+		out = append(out, rc)
+	}
+	st, err := c.statuses(ctx, op, active)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range st {
+		out = append(out, RevisionCount{Name: r.Name, Service: r.Service, Namespace: r.Namespace, Stopped: r.Stopped, Desired: r.Desired, Running: r.Running})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
+	})
+	return out, nil
+}
+
 // AllServices lists every service that has revision jobs, in every
 // namespace, from one listing.
 func (c *Client) AllServices(ctx context.Context) ([]ServiceRef, error) {

@@ -133,7 +133,7 @@ func describeWaiting(regs []consulroute.Registration) string {
 func describeLeftover(r consulroute.Registration) string {
 	switch {
 	case r.Replica != "" && r.Status == "critical":
-		return fmt.Sprintf("%s on node %s: the stand-in of control-plane replica %s, which is not running: it removes the stand-in when Nomad has restarted it, or Consul removes it a minute after its check failed", r.ID, r.Node, r.Replica)
+		return fmt.Sprintf("%s on node %s: the stand-in of control-plane replica %s, which is not running: the leading replica removes it through that node's agent a few seconds after the replica's Consul session ended (or the replica itself when Nomad has restarted it, or Consul a minute after its check failed)", r.ID, r.Node, r.Replica)
 	case r.Replica != "":
 		return fmt.Sprintf("%s on node %s: the stand-in of control-plane replica %s (%s), which has not seen the delete yet: see its log (nomad alloc logs)", r.ID, r.Node, r.Replica, r.Status)
 	default:

@@ -116,7 +116,7 @@ func TestDeleteSaysWhatConsulStillListsWhenTheWaitRunsOut(t *testing.T) {
 	if err := Delete(context.Background(), f, stillThere{rr, standIn}, "default", "hello", 50*time.Millisecond, &out, &diag); err != nil {
 		t.Fatalf("a leftover is not a failed delete: %v", err)
 	}
-	want := "hello-00001-activator-r2 on node node-2: the stand-in of control-plane replica r2, which is not running: it removes the stand-in when Nomad has restarted it"
+	want := "hello-00001-activator-r2 on node node-2: the stand-in of control-plane replica r2, which is not running: the leading replica removes it through that node's agent a few seconds after the replica's Consul session ended"
 	if !strings.Contains(diag.String(), want) || !strings.Contains(diag.String(), "still in Consul after 50ms") {
 		t.Errorf("diagnostics lack %q:\n%s", want, diag.String())
 	}

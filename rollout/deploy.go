@@ -128,6 +128,9 @@ func (s Service) Spec() *spec.Service { return &s.File.Services[s.Index] }
 var (
 	ErrRefused = errors.New("deploy refused: nothing was deployed")
 	ErrFailed  = errors.New("failed: see the messages above")
+	// ErrInterrupted: the deploy's context ended (a signal) between or
+	// during services; what was deployed and what was not has been said.
+	ErrInterrupted = errors.New("interrupted: see the messages above")
 )
 
 // servicePlan is what deploy will do to one service, decided before anything
@@ -163,16 +166,61 @@ func (d *Deployer) Deploy(ctx context.Context, services []Service) error {
 		fmt.Fprintln(d.diag, "Nothing was deployed.")
 		return ErrRefused
 	}
-	for _, sp := range plans {
-		if err := d.apply(ctx, sp); err != nil {
+	var deployed []string
+	for i, sp := range plans {
+		// A context that ended (SIGTERM, Ctrl-C) stops the deploy at
+		// once: going on would fail every remaining service one by one
+		// with the same cause (issue 45).
+		if ctx.Err() != nil {
+			d.sayInterrupted(ctx, deployed, "", plans[i:])
+			return ErrInterrupted
+		}
+		err := d.apply(ctx, sp)
+		if err != nil && ctx.Err() != nil {
+			d.sayInterrupted(ctx, deployed, sp.Spec().Name, plans[i+1:])
+			return ErrInterrupted
+		}
+		if err != nil {
 			fmt.Fprintf(d.diag, "nomad-serverless deploy: %s: %s\n", sp.Spec().Name, strings.TrimSpace(err.Error()))
 			failed = true
+			continue
 		}
+		deployed = append(deployed, sp.Spec().Name)
 	}
 	if failed {
 		return ErrFailed
 	}
 	return nil
+}
+
+// sayInterrupted tells, on Diag, what an interrupted deploy did: the
+// services deployed, the one cut short (may be ""), the ones not started,
+// and how to finish.
+func (d *Deployer) sayInterrupted(ctx context.Context, deployed []string, cut string, rest []servicePlan) {
+	notStarted := make([]string, len(rest))
+	for i, sp := range rest {
+		notStarted[i] = sp.Spec().Name
+	}
+	fmt.Fprintf(d.diag, "nomad-serverless deploy: stopped (%v).\n", context.Cause(ctx))
+	fmt.Fprintf(d.diag, "  deployed (%d): %s\n", len(deployed), nameList(deployed))
+	if cut != "" {
+		fmt.Fprintf(d.diag, "  cut short (1): %s (its revision may be registered without its route)\n", cut)
+	}
+	fmt.Fprintf(d.diag, "  not started (%d): %s\n", len(notStarted), nameList(notStarted))
+	fmt.Fprintln(d.diag, "Deploy the same files again to finish: services already deployed are left as they are.")
+}
+
+// nameList names up to a few services, then says how many more.
+func nameList(names []string) string {
+	const shown = 5
+	switch {
+	case len(names) == 0:
+		return "none"
+	case len(names) <= shown:
+		return strings.Join(names, ", ")
+	default:
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
+	}
 }
 
 // planService plans one service and checks its traffic against the revisions

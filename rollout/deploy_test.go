@@ -43,6 +43,8 @@ type fakeCluster struct {
 	// registering the same job, as a concurrent identical deploy would.
 	conflictOnce bool
 	casLossOnce  bool
+	// onRegister, when set, runs (with mu held) on every Register.
+	onRegister func(job string)
 }
 
 func newFakeCluster() *fakeCluster {
@@ -79,6 +81,9 @@ func (f *fakeCluster) Register(_ context.Context, job *nomadapi.Job, enforce uin
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.registers++
+	if f.onRegister != nil {
+		f.onRegister(*job.ID)
+	}
 	if _, ok := f.jobs[*job.ID]; ok && enforce == 0 {
 		return "", &nomadjob.Error{Op: "register", Kind: nomadjob.ErrConflict}
 	}
@@ -204,7 +209,10 @@ func (f *fakeCluster) ReadRecord(_ context.Context, ns, svc string) (consulroute
 	return rec, f.recordIdx[svc], nil
 }
 
-func (f *fakeCluster) Publish(_ context.Context, rec consulroute.Record, cas uint64) error {
+func (f *fakeCluster) Publish(ctx context.Context, rec consulroute.Record, cas uint64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("publish %s: %w", rec.Service.Name, err) // as an HTTP client fails
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.casLossOnce {
@@ -227,7 +235,10 @@ func (f *fakeCluster) Publish(_ context.Context, rec consulroute.Record, cas uin
 	return nil
 }
 
-func (f *fakeCluster) Health(_ context.Context, rev string) ([]consulroute.InstanceHealth, error) {
+func (f *fakeCluster) Health(ctx context.Context, rev string) ([]consulroute.InstanceHealth, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("health of %s: %w", rev, err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.polls++
@@ -582,6 +593,76 @@ func TestDeployVisibilityChangeOnlyChangesTheRoute(t *testing.T) {
 	for _, want := range []string{"internal, on the gateways' internal listener (127.0.0.1:8082)", "http://127.0.0.1:8082/"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// A deploy of many services stopped by a signal stops at once: it does not
+// go on through the remaining services with one error each (issue 45), and
+// it says what was deployed, what was cut short and what was not started.
+func TestDeployInterruptedStopsAtOnceAndSaysWhatWasDeployed(t *testing.T) {
+	var src strings.Builder
+	for i := range 8 {
+		fmt.Fprintf(&src, "service \"s%d\" {\n  task {\n    driver = \"raw_exec\"\n    config {\n      command = \"/bin/app\"\n    }\n  }\n}\n", i)
+	}
+	file, diags := svchcl.Parse("many.hcl", []byte(src.String()), svchcl.Options{})
+	if diags.HasErrors() {
+		t.Fatalf("parse: %v", diags)
+	}
+	var services []Service
+	for i := range file.Services {
+		services = append(services, Service{File: file, Index: i})
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	f := newFakeCluster()
+	f.onRegister = func(job string) {
+		if job == "s3-00001" {
+			cancel(errors.New("terminated signal received"))
+		}
+	}
+	var out, diag bytes.Buffer
+	err := newTestDeployer(t, f, &out, &diag).Deploy(ctx, services)
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("Deploy: %v, want ErrInterrupted\n%s%s", err, out.String(), diag.String())
+	}
+	if f.registers != 4 {
+		t.Errorf("%d registrations, want 4 (s0 to s3, none after the signal)", f.registers)
+	}
+	msg := diag.String()
+	for _, want := range []string{
+		"stopped (terminated signal received)",
+		"deployed (3): s0, s1, s2\n",
+		"cut short (1): s3",
+		"not started (4): s4, s5, s6, s7\n",
+		"Deploy the same files again",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("diagnostics lack %q:\n%s", want, msg)
+		}
+	}
+	if n := strings.Count(msg, "terminated signal received"); n != 1 {
+		t.Errorf("the cause is said %d times, want once:\n%s", n, msg)
+	}
+	for _, svc := range []string{"s0", "s1", "s2"} {
+		if f.record[svc].Latest != svc+"-00001" {
+			t.Errorf("%s not routed: %+v", svc, f.record[svc])
+		}
+	}
+}
+
+func TestNameListNamesAFewThenCounts(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, "none"},
+		{[]string{"a"}, "a"},
+		{[]string{"a", "b", "c", "d", "e"}, "a, b, c, d, e"},
+		{[]string{"a", "b", "c", "d", "e", "f", "g"}, "a, b, c, d, e and 2 more"},
+	} {
+		if got := nameList(tc.in); got != tc.want {
+			t.Errorf("nameList(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

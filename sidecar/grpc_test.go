@@ -1,7 +1,9 @@
 package sidecar_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -141,4 +143,39 @@ func TestGRPCStatusWhileClientStillSends(t *testing.T) {
 		t.Errorf("trailers %v", stream.Trailer())
 	}
 	waitUntil(t, "the call ends its request", func() bool { return r.stats(t).InFlight == 0 })
+}
+
+// A gRPC app ends a call at its grpc-timeout with RST_STREAM CANCEL; the
+// sidecar answers the call's deadline, not a 502 (which a client whose own
+// timer had not fired yet saw as Unavailable). Here the client has no
+// deadline of its own, only the header, so the app's reset always comes
+// first.
+func TestGRPCAppResetAtTheDeadlineIsDeadlineExceeded(t *testing.T) {
+	t.Parallel()
+	port, _ := startGRPCApp(t)
+	r := startSidecar(t, grpcConfig(port), sidecar.Options{})
+	r.waitReady(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url+"/grpc.testing.TestService/UnaryCall", bytes.NewReader(make([]byte, 5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	req.Header.Set("Grpc-Timeout", "200m")
+	req.Header.Set(grpcapp.MDSleep, "1h")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	status := resp.Header.Get("Grpc-Status")
+	if status == "" {
+		status = resp.Trailer.Get("Grpc-Status")
+	}
+	if resp.StatusCode != http.StatusOK || status != "4" || resp.Header.Get("Content-Type") != "application/grpc" {
+		t.Fatalf("HTTP %d, grpc-status %q, Content-Type %q, body %q: want 200 with grpc-status 4 (DEADLINE_EXCEEDED)", resp.StatusCode, status, resp.Header.Get("Content-Type"), body)
+	}
 }

@@ -415,6 +415,9 @@ func (h *Handler) appFailed(x *exchange, r *http.Request, err error, notServed b
 		h.answerTimeout(x)
 	case x.clientGone.Load() || x.clientCtx.Err() != nil:
 		x.status = statusClientClosed
+	case grpcDeadlinePassed(r, x.start, time.Now()):
+		// The app reset the call at its deadline (grpcdeadline.go).
+		x.grpcDeadlineExceeded()
 	case errors.Is(err, errClientBody):
 		// The client's connection is not fit for another request after
 		// a broken body: the answer closes it (exchange.WriteHeader).

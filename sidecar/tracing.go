@@ -36,9 +36,13 @@ const (
 
 // startSpan opens a request's server span, kept in x for done, and
 // returns the request with it in its context. A request that is not
-// sampled gets none (x.span stays nil), and no other span either.
+// sampled gets none (x.span stays nil), and no other span either. A root
+// request (one that did not come through the gateway: mesh and catalog
+// proxies' traffic) that is not sampled carries the decision on to the
+// app in its header.
 func (h *Handler) startSpan(x *exchange, r *http.Request) *http.Request {
-	r, sp := h.tracing.StartRequest(r, spanSidecar)
+	r, sp, tp := h.tracing.StartRequest(r, spanSidecar)
+	tp.SetHeader(r.Header)
 	if sp != nil {
 		sp.SetAttributes(attrRevision.String(h.cfg.Revision), attrInstance.String(h.cfg.Instance))
 		x.span = sp

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -34,6 +35,7 @@ type Provider struct {
 	// span exists; parentBased: a caller's sampled=0 is final.
 	sampler     sdktrace.Sampler
 	parentBased bool
+	root        rootRule
 }
 
 // Options configure New. Everything about where spans go and how many are
@@ -85,16 +87,16 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	sampler, parentBased := o.Sampler, false
+	sampler, parentBased, root := o.Sampler, false, rootRule{}
 	if sampler == nil {
-		if sampler, parentBased, err = samplerFromEnv(getenv); err != nil {
+		if sampler, parentBased, root, err = samplerFromEnv(getenv); err != nil {
 			return nil, err
 		}
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(q),
 		sdktrace.WithSampler(sampler), sdktrace.WithIDGenerator(idGenerator{}))
 	return &Provider{tp: tp, tracer: tp.Tracer("github.com/nomad-serverless/nomad-serverless"), prop: newPropagator(), q: q,
-		sampler: sampler, parentBased: parentBased}, nil
+		sampler: sampler, parentBased: parentBased, root: root}, nil
 }
 
 // otlpExporter builds the OTLP/HTTP exporter (otlp.go), which reads its
@@ -157,37 +159,49 @@ func (p *Provider) StartServer(r *http.Request, name string, attrs ...attribute.
 
 // StartRequest opens the server span of a request on the data path. A
 // request that is not sampled gets no span (nil), and its request is
-// returned as it came, with one exception: a request without any trace
-// context gets a traceparent with the decision (sampled=0), so the hops
-// after it (the sidecar, the app) do not sample it on their own. Only the
-// sampled pay for spans and attributes.
+// returned as it came. One without any trace context (a root) that is
+// not sampled gets, instead of a span, the decision to carry on (tp): a
+// traceparent with sampled=0 that the caller must send to the next hop,
+// so the hops after it (the sidecar, the app) do not sample it on their
+// own. Only the sampled pay for spans and attributes.
 //
 // The decisions that drop a request are made before any span exists, so
-// that they cost at most the header: a caller's sampled=0 under a
-// parent-based sampler, and a root request the sampler drops.
-func (p *Provider) StartRequest(r *http.Request, name string) (*http.Request, trace.Span) {
+// that they cost at most a few random numbers: a caller's sampled=0 under
+// a parent-based sampler (nothing), and a root request the sampler drops
+// (rootRule; no allocation: tp is a value the caller writes where it
+// writes the request). The request's context is not looked at for a
+// parent: a server's request context holds no span.
+func (p *Provider) StartRequest(r *http.Request, name string) (_ *http.Request, _ trace.Span, tp Traceparent) {
 	h := r.Header
 	ctx := r.Context()
-	if tp := h["Traceparent"]; len(tp) > 0 {
-		if p.parentBased && len(tp) == 1 && notSampled(tp[0]) {
-			return r, nil
+	if in := h["Traceparent"]; len(in) > 0 {
+		if p.parentBased && len(in) == 1 && notSampled(in[0]) {
+			return r, nil, Traceparent{}
 		}
 		ctx = p.Extract(ctx, h)
 	} else if len(h["B3"]) > 0 || len(h["X-B3-Traceid"]) > 0 {
 		ctx = p.Extract(ctx, h)
 	} else {
-		tid := newTraceID()
-		res := p.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: tid, Name: name, Kind: trace.SpanKindServer})
-		if res.Decision == sdktrace.Drop {
-			h["Traceparent"] = []string{traceparent(tid, newSpanID(), false)}
-			return r, nil
+		var tid trace.TraceID
+		if p.root.known {
+			lo := rand.Uint64()
+			tid = rootTraceID(lo)
+			if !p.root.keeps(lo) {
+				return r, nil, Traceparent{traceID: tid, spanID: newSpanID()}
+			}
+		} else {
+			tid = newTraceID()
+			res := p.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: tid, Name: name, Kind: trace.SpanKindServer})
+			if res.Decision == sdktrace.Drop {
+				return r, nil, Traceparent{traceID: tid, spanID: newSpanID()}
+			}
 		}
 		// The span gets the trace ID it was sampled with.
 		ctx = context.WithValue(ctx, presetTraceID{}, tid)
 	}
 	ctx, sp := p.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
 	if !sp.IsRecording() {
-		return r, nil
+		return r, nil, Traceparent{}
 	}
 	sp.SetAttributes(
 		attribute.String("http.request.method", r.Method),
@@ -195,7 +209,7 @@ func (p *Provider) StartRequest(r *http.Request, name string) (*http.Request, tr
 		attribute.String("server.address", r.Host),
 		attribute.String("network.protocol.version", protoVersion(r)),
 	)
-	return r.WithContext(ctx), sp
+	return r.WithContext(ctx), sp, Traceparent{}
 }
 
 // StartClient starts the client span of a request sent on, a child of

@@ -2,6 +2,8 @@ package tracing
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -207,7 +209,7 @@ func TestExemplarOnlySampled(t *testing.T) {
 
 // StartRequest: a request not sampled gets no span and keeps its
 // traceparent; one without trace context gets the decision (sampled=0)
-// for the hops after it.
+// for the hops after it, as a value its header is left without.
 func TestStartRequestNotSampled(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	p, err := New(context.Background(), Options{ServiceName: "test", Exporter: exp, Sampler: sdktrace.ParentBased(sdktrace.NeverSample())})
@@ -216,24 +218,28 @@ func TestStartRequestNotSampled(t *testing.T) {
 	}
 	defer p.Shutdown(context.Background())
 	r := httptest.NewRequest("GET", "http://x/", nil)
-	out, sp := p.StartRequest(r, "server")
-	if sp != nil || out != r {
-		t.Fatal("a request not sampled got a span or a new request")
+	out, sp, carry := p.StartRequest(r, "server")
+	if sp != nil || out != r || len(r.Header) != 0 {
+		t.Fatalf("a request not sampled got a span, a new request or a header %v", r.Header)
 	}
-	if tp := r.Header.Get("traceparent"); !strings.HasPrefix(tp, "00-") || !strings.HasSuffix(tp, "-00") {
-		t.Fatalf("traceparent %q, want the not-sampled decision", tp)
+	if tp := carry.String(); !carry.IsSet() || !notSampled(tp) || string(carry.Append(nil)) != tp {
+		t.Fatalf("traceparent to carry on %q, want the not-sampled decision", tp)
+	}
+	carry.SetHeader(r.Header)
+	if r.Header.Get("traceparent") != carry.String() {
+		t.Fatalf("SetHeader: %v", r.Header)
 	}
 	const in = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
 	r = httptest.NewRequest("GET", "http://x/", nil)
 	r.Header.Set("traceparent", in)
-	if _, sp := p.StartRequest(r, "server"); sp != nil || r.Header.Get("traceparent") != in {
-		t.Fatalf("sampled=0 from the client: span %v, traceparent %q", sp, r.Header.Get("traceparent"))
+	if _, sp, carry := p.StartRequest(r, "server"); sp != nil || carry.IsSet() || r.Header.Get("traceparent") != in {
+		t.Fatalf("sampled=0 from the client: span %v, traceparent %q, carried %q", sp, r.Header.Get("traceparent"), carry)
 	}
 	// Sampled by its parent: a span, with the request's attributes.
 	r = httptest.NewRequest("GET", "http://x/p", nil)
 	r.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	r2, sp := p.StartRequest(r, "server")
-	if sp == nil || !trace.SpanContextFromContext(r2.Context()).IsSampled() {
+	r2, sp, carry := p.StartRequest(r, "server")
+	if sp == nil || carry.IsSet() || !trace.SpanContextFromContext(r2.Context()).IsSampled() {
 		t.Fatal("a sampled parent's request got no span")
 	}
 	sp.End()
@@ -260,7 +266,7 @@ func TestSamplerFromEnv(t *testing.T) {
 		{"jaeger_remote", "", false, "", true},
 	} {
 		env := map[string]string{"OTEL_TRACES_SAMPLER": tc.name, "OTEL_TRACES_SAMPLER_ARG": tc.arg}
-		s, pb, err := samplerFromEnv(func(k string) string { return env[k] })
+		s, pb, _, err := samplerFromEnv(func(k string) string { return env[k] })
 		if tc.bad {
 			if err == nil {
 				t.Errorf("%s %s: no error", tc.name, tc.arg)
@@ -288,8 +294,8 @@ func TestTraceparentFormatAndFlag(t *testing.T) {
 }
 
 // Under the environment's parentbased_traceidratio sampler, a root request
-// the ratio drops costs one header with the decision; one it keeps is a
-// span whose trace is the one it was sampled with.
+// the ratio drops costs the decision to carry on; one it keeps is a span
+// whose trace is the one it was sampled with.
 func TestRootDecidedBeforeAnySpan(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
 	for _, ratio := range []string{"0", "1"} {
@@ -300,14 +306,14 @@ func TestRootDecidedBeforeAnySpan(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := httptest.NewRequest("GET", "http://x/", nil)
-		r2, sp := p.StartRequest(r, "server")
-		tp := r.Header.Get("traceparent")
+		r2, sp, carry := p.StartRequest(r, "server")
+		tp := carry.String()
 		if ratio == "0" {
-			if sp != nil || !notSampled(tp) {
+			if sp != nil || !notSampled(tp) || len(r.Header) != 0 {
 				t.Errorf("ratio 0: span %v, traceparent %q", sp, tp)
 			}
 		} else {
-			if sp == nil || !sp.SpanContext().IsSampled() || r2 == r {
+			if sp == nil || !sp.SpanContext().IsSampled() || r2 == r || carry.IsSet() {
 				t.Fatalf("ratio 1: no sampled span")
 			}
 			sp.End()
@@ -326,3 +332,84 @@ func attrKV(k, v string) attribute.KeyValue      { return attribute.String(k, v)
 func attrInt(k string, v int) attribute.KeyValue { return attribute.Int(k, v) }
 
 func counterValue(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
+
+// The root rule StartRequest applies itself decides as the SDK's
+// TraceIDRatioBased sampler does, for the same trace ID, at every ratio
+// (the span of a kept root is started with that ID and decided again by
+// the SDK), and keeps about the ratio.
+func TestRootRuleAgreesWithSDK(t *testing.T) {
+	for _, ratio := range []float64{0, 0.01, 0.25, 0.5, 0.999, 1} {
+		rule, sdk := ratioRule(ratio), sdktrace.TraceIDRatioBased(ratio)
+		kept := 0
+		const n = 20000
+		for range n {
+			lo := rand.Uint64()
+			tid := rootTraceID(lo)
+			want := sdk.ShouldSample(sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: tid}).Decision == sdktrace.RecordAndSample
+			if got := rule.keeps(lo); got != want {
+				t.Fatalf("ratio %v, trace %s: rule keeps %v, the SDK %v", ratio, tid, got, want)
+			}
+			if want {
+				kept++
+			}
+		}
+		if got := float64(kept) / n; math.Abs(got-ratio) > 0.02 {
+			t.Errorf("ratio %v: kept %v", ratio, got)
+		}
+	}
+	// The edges, where a bound off by one shows.
+	rule, sdk := ratioRule(0.5), sdktrace.TraceIDRatioBased(0.5)
+	for _, lo := range []uint64{0, 1, 1<<63 - 1, 1 << 63, 1<<63 + 1, math.MaxUint64} {
+		want := sdk.ShouldSample(sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: rootTraceID(lo)}).Decision == sdktrace.RecordAndSample
+		if rule.keeps(lo) != want {
+			t.Errorf("ratio 0.5, low half %x: rule %v, SDK %v", lo, rule.keeps(lo), want)
+		}
+	}
+}
+
+// A root request that is not sampled allocates nothing: the decision is a
+// value the forwarding path writes into the request it sends.
+func TestRootNotSampledAllocatesNothing(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+	p, err := New(context.Background(), Options{ServiceName: "test", Exporter: tracetest.NewInMemoryExporter()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	r := httptest.NewRequest("GET", "http://x/", nil)
+	buf := make([]byte, 0, 64)
+	if n := testing.AllocsPerRun(100, func() {
+		_, _, carry := p.StartRequest(r, "server")
+		buf = carry.Append(buf[:0])
+	}); n != 0 {
+		t.Errorf("%v allocations per not-sampled root", n)
+	}
+	if len(buf) != TraceparentLen || !notSampled(string(buf)) {
+		t.Errorf("appended %q", buf)
+	}
+}
+
+// BenchmarkStartRequestRootNotSampled is what a root request the sampler
+// drops costs: the decision and the traceparent to carry on, formatted
+// into a reused buffer as the gateway's request head is.
+func BenchmarkStartRequestRootNotSampled(b *testing.B) {
+	b.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+	b.Setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+	p, err := New(context.Background(), Options{ServiceName: "bench", Exporter: tracetest.NewNoopExporter()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	r := httptest.NewRequest("GET", "http://x/", nil)
+	r.Header.Set("User-Agent", "bench")
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, sp, tp := p.StartRequest(r, "gateway")
+		if sp != nil {
+			b.Fatal("sampled at ratio 0")
+		}
+		buf = tp.Append(buf[:0])
+	}
+}

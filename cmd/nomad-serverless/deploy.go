@@ -70,7 +70,7 @@ service is invalid.
 	switch err := d.Deploy(ctx, parsed); {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, rollout.ErrRefused), errors.Is(err, rollout.ErrFailed):
+	case errors.Is(err, rollout.ErrRefused), errors.Is(err, rollout.ErrFailed), errors.Is(err, rollout.ErrInterrupted):
 		return exitError // said on stderr
 	default:
 		return errorLine(e, "deploy", err)

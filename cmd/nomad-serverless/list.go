@@ -48,7 +48,7 @@ internal listener only), latest revision, traffic and instances.
 	if err != nil {
 		return errorLine(e, "list", err)
 	}
-	revs, _, err := nomad.AllRevisions(ctx)
+	revs, err := nomad.AllRevisionCounts(ctx)
 	if err != nil {
 		return errorLine(e, "list", err)
 	}

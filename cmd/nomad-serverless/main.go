@@ -47,6 +47,7 @@ func commands() map[string]command {
 		"delete":       {"remove a service: every revision job and its route", runDelete},
 		"serve":        {"run the control plane: gateway, activator and autoscaler", runServe},
 		"sidecar":      {"run the queue-proxy beside a user task (started by Nomad)", runSidecar},
+		"run-task":     {"run a raw_exec task's command, writing its logs where Nomad would (started by Nomad)", runRunTask},
 		"keep-sockets": {"hold serve's listening sockets so they outlive a crash of serve (started by Nomad)", runKeepSockets},
 		"testapp":      {"run the small HTTP app used by tests and benchmarks", runTestapp},
 		"dev":          {"start local Consul and Nomad dev agents and the control plane", runDev},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nomad-serverless/nomad-serverless/sidecar"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/tasklog"
 	"github.com/nomad-serverless/nomad-serverless/tracing"
 )
 
@@ -28,7 +29,7 @@ func runSidecar(ctx context.Context, e *env, args []string) int {
 	if base := e.getenv(spec.EnvSidecarLogFile); base != "" {
 		// First, so that even a usage error is kept: Nomad collects
 		// nothing of this task (nomadjob.SidecarLogFile).
-		lf, err := sidecar.OpenLogFile(base, sidecar.LogMaxFiles, sidecar.LogMaxBytes)
+		lf, err := tasklog.OpenStderr(base, tasklog.MaxFiles, tasklog.MaxBytes)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "nomad-serverless sidecar: %v; logging to stderr\n", err)
 		} else {

@@ -4,6 +4,8 @@
 # nomad-serverless-activator (and nomad-serverless-internal for its internal listener)
 # and, while a revision is at zero, one stand-in
 # instance in that revision's service (named <service>-<generation>, so a prefix).
+# The leader removes, through the agent that holds them, the stand-ins and
+# activator registration of a replica that died (its session ended).
 service_prefix "" {
   policy = "write"
 }
@@ -34,7 +36,8 @@ key_prefix "nomad-serverless/control-plane/tls/" {
 }
 
 # The leader lock's session and the certificate locks' session, created on the
-# node of the replica's Consul agent.
+# node of the replica's Consul agent; the leader lists every session to tell
+# which replicas are alive.
 session_prefix "" {
   policy = "write"
 }

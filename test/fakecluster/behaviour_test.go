@@ -26,7 +26,9 @@ import (
 )
 
 // shellRevision compiles a revision whose user task and sidecar are shell
-// scripts (the sidecar's script gets "sidecar" as $0).
+// scripts (the sidecar's script gets "sidecar" as $0). The user task runs
+// the shell itself, not through run-task (which only our binary has), with
+// Nomad's log collection.
 func shellRevision(t *testing.T, name string, gen int, user, sidecar string) *nomadapi.Job {
 	t.Helper()
 	s := spec.NewService(name)
@@ -39,8 +41,12 @@ func shellRevision(t *testing.T, name string, gen int, user, sidecar string) *no
 		t.Fatal(err)
 	}
 	for _, task := range job.TaskGroups[0].Tasks {
-		if task.Name == spec.SidecarTaskName {
+		switch task.Name {
+		case spec.SidecarTaskName:
 			task.Config["args"] = []string{"-c", sidecar}
+		case spec.UserTaskName:
+			task.Config = map[string]any{"command": "/bin/sh", "args": []string{"-c", user}}
+			task.LogConfig = nil
 		}
 	}
 	return job

@@ -107,7 +107,8 @@ job "ledger-00001" {
       leader       = true
 
       config {
-        command = "/opt/ledger/bin/ledger"
+        args    = ["run-task", "--", "/opt/ledger/bin/ledger"]
+        command = "/usr/local/bin/nomad-serverless"
       }
 
       env {
@@ -120,6 +121,10 @@ job "ledger-00001" {
       resources {
         cpu    = 100
         memory = 128
+      }
+
+      logs {
+        disabled = true
       }
     }
 

@@ -101,8 +101,8 @@ job "testapp-00001" {
       leader       = true
 
       config {
-        args    = ["testapp"]
-        command = "nomad-serverless"
+        args    = ["run-task", "--", "nomad-serverless", "testapp"]
+        command = "/usr/local/bin/nomad-serverless"
       }
 
       env {
@@ -115,6 +115,10 @@ job "testapp-00001" {
       resources {
         cpu    = 100
         memory = 128
+      }
+
+      logs {
+        disabled = true
       }
     }
 

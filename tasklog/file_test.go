@@ -1,15 +1,16 @@
-package sidecar
+package tasklog
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// redirects records which files LogFile made the process's stderr,
+// redirects records which files File made the process's stderr,
 // leaving the test binary's own alone.
 type redirects struct{ names []string }
 
@@ -35,7 +36,7 @@ func files(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-func TestLogFileRotatesUnderNomadsNamesAndKeepsTheNewest(t *testing.T) {
+func TestFileRotatesUnderNomadsNamesAndKeepsTheNewest(t *testing.T) {
 	dir := t.TempDir()
 	base := filepath.Join(dir, "queue-proxy.stderr")
 	// Another task's logs beside it are never touched.
@@ -43,7 +44,7 @@ func TestLogFileRotatesUnderNomadsNamesAndKeepsTheNewest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r redirects
-	l, err := openLogFile(base, 3, 10, r.redirect)
+	l, err := open(base, 3, 10, r.redirect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,10 +56,11 @@ func TestLogFileRotatesUnderNomadsNamesAndKeepsTheNewest(t *testing.T) {
 	got := files(t, dir)
 	want := map[string]string{
 		"user.stderr.0": "app\n",
-		// .0 "aaaa bbbb" and .1 "cccc" removed: three files at most.
-		"queue-proxy.stderr.2": "a line longer than the bound\n",
-		"queue-proxy.stderr.3": "dddd\neeee\n",
-		"queue-proxy.stderr.4": "ffff\n",
+		// .0 "aaaa\nbbbb\n", .1 "cccc\n", then the long line cut at
+		// the bound over .2 to .4; the three newest kept.
+		"queue-proxy.stderr.4": "he bound\n",
+		"queue-proxy.stderr.5": "dddd\neeee\n",
+		"queue-proxy.stderr.6": "ffff\n",
 	}
 	if len(got) != len(want) {
 		t.Errorf("files %v, want %v", got, want)
@@ -68,15 +70,22 @@ func TestLogFileRotatesUnderNomadsNamesAndKeepsTheNewest(t *testing.T) {
 			t.Errorf("%s = %q, want %q", name, got[name], content)
 		}
 	}
-	if wantR := []string{"queue-proxy.stderr.0", "queue-proxy.stderr.1", "queue-proxy.stderr.2", "queue-proxy.stderr.3", "queue-proxy.stderr.4"}; !slices.Equal(r.names, wantR) {
+	var wantR []string
+	for i := range 7 {
+		wantR = append(wantR, "queue-proxy.stderr."+strconv.Itoa(i))
+	}
+	if !slices.Equal(r.names, wantR) {
 		t.Errorf("stderr redirected to %v, want each file in turn %v", r.names, wantR)
 	}
-	if p := l.Path(); p != base+".4" {
-		t.Errorf("Path() = %s", p)
+	if _, err := l.Write([]byte("g\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(base + ".6"); string(b) != "ffff\ng\n" {
+		t.Errorf("the next line went elsewhere than the newest file, .6: %q", b)
 	}
 }
 
-func TestLogFileARestartedSidecarAppendsToTheNewest(t *testing.T) {
+func TestFileARestartedSidecarAppendsToTheNewest(t *testing.T) {
 	dir := t.TempDir()
 	base := filepath.Join(dir, "queue-proxy.stderr")
 	for name, content := range map[string]string{"queue-proxy.stderr.9": "nine\n", "queue-proxy.stderr.10": "ten\n", "queue-proxy.stderr.x": "not ours\n"} {
@@ -85,7 +94,7 @@ func TestLogFileARestartedSidecarAppendsToTheNewest(t *testing.T) {
 		}
 	}
 	var r redirects
-	l, err := openLogFile(base, 10, 100, r.redirect)
+	l, err := open(base, 10, 100, r.redirect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,16 +110,19 @@ func TestLogFileARestartedSidecarAppendsToTheNewest(t *testing.T) {
 	if err := os.WriteFile(full+".0", []byte(strings.Repeat("x", 100)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l, err = openLogFile(full, 10, 100, r.redirect)
+	l, err = open(full, 10, 100, r.redirect)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := l.Path(); p != full+".1" {
-		t.Errorf("after a full .0 the sidecar writes %s, want .1", p)
+	if _, err := l.Write([]byte("next\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(full + ".1"); string(b) != "next\n" {
+		t.Errorf("after a full .0 the sidecar writes .1: it holds %q", b)
 	}
 }
 
-func TestLogFileRefusesWhatCannotWork(t *testing.T) {
+func TestFileRefusesWhatCannotWork(t *testing.T) {
 	var r redirects
 	dir := t.TempDir()
 	for _, c := range []struct {
@@ -123,9 +135,9 @@ func TestLogFileRefusesWhatCannotWork(t *testing.T) {
 		{"no path", "", 1, 1, "want a path"},
 		{"no files", filepath.Join(dir, "q"), 0, 1, "at least 1 file"},
 		{"no bytes", filepath.Join(dir, "q"), 1, 0, "at least 1 file and 1 byte"},
-		{"no directory", filepath.Join(dir, "missing", "q"), 1, 1, "sidecar log directory"},
+		{"no directory", filepath.Join(dir, "missing", "q"), 1, 1, "log directory"},
 	} {
-		if _, err := openLogFile(c.base, c.files, c.bytes, r.redirect); err == nil || !strings.Contains(err.Error(), c.errContains) {
+		if _, err := open(c.base, c.files, c.bytes, r.redirect); err == nil || !strings.Contains(err.Error(), c.errContains) {
 			t.Errorf("%s: err %v, want it to say %q", c.name, err, c.errContains)
 		}
 	}
@@ -133,9 +145,9 @@ func TestLogFileRefusesWhatCannotWork(t *testing.T) {
 
 // A panic's trace, which the runtime writes to file descriptor 2, lands
 // in the log file: run in a child process that opens it and panics.
-func TestLogFileTakesTheRuntimesStderr(t *testing.T) {
-	if base := os.Getenv("SIDECAR_LOGFILE_CHILD"); base != "" {
-		l, err := OpenLogFile(base, LogMaxFiles, LogMaxBytes)
+func TestFileTakesTheRuntimesStderr(t *testing.T) {
+	if base := os.Getenv("TASKLOG_FILE_CHILD"); base != "" {
+		l, err := OpenStderr(base, MaxFiles, MaxBytes)
 		if err != nil {
 			os.Exit(3)
 		}
@@ -144,8 +156,8 @@ func TestLogFileTakesTheRuntimesStderr(t *testing.T) {
 	}
 	dir := t.TempDir()
 	base := filepath.Join(dir, "queue-proxy.stderr")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLogFileTakesTheRuntimesStderr$")
-	cmd.Env = append(os.Environ(), "SIDECAR_LOGFILE_CHILD="+base)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFileTakesTheRuntimesStderr$")
+	cmd.Env = append(os.Environ(), "TASKLOG_FILE_CHILD="+base)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("the child did not panic: %s", out)
@@ -161,5 +173,29 @@ func TestLogFileTakesTheRuntimesStderr(t *testing.T) {
 	}
 	if strings.Contains(string(out), "the sidecar's panic") {
 		t.Errorf("the panic went to the child's stderr too: %s", out)
+	}
+}
+
+// A pump hands over many lines in one write: it is cut after the last
+// line that fits, so lines stay whole and the bound holds.
+func TestFileCutsAWriteAtALineEnd(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "user.stdout")
+	l, err := Open(base, 10, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.Write([]byte("aa\nbb\ncc\nddddddddddd\n")); err != nil || n != 21 {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	want := map[string]string{"user.stdout.0": "aa\nbb\n", "user.stdout.1": "cc\n", "user.stdout.2": "ddddddd", "user.stdout.3": "dddd\n"}
+	got := files(t, dir)
+	if len(got) != len(want) {
+		t.Errorf("files %v, want %v", got, want)
+	}
+	for name, content := range want {
+		if got[name] != content {
+			t.Errorf("%s = %q, want %q", name, got[name], content)
+		}
 	}
 }
