@@ -210,7 +210,11 @@ func (f *loopFront) wakeAll() {
 // of its state is its thread's; other goroutines reach it only through
 // post (breaker grants) and wake (shutdown), under mu.
 type evloop struct {
-	f       *loopFront
+	f *loopFront
+	// app is this loop's copy of the app's address: syscall.Connect
+	// writes into a Sockaddr's raw form, so loops may not share one.
+	app syscall.Sockaddr
+
 	h       *Handler
 	ep      int
 	wakeR   int
@@ -255,6 +259,14 @@ func (w *appendWriter) Write(p []byte) (int, error) { w.b = append(w.b, p...); r
 
 func newEvloop(f *loopFront) (*evloop, error) {
 	l := &evloop{f: f, h: f.h, ep: -1, wakeR: -1, wakeW: -1, socks: map[int]*lsock{}}
+	switch sa := f.app.(type) {
+	case *syscall.SockaddrInet4:
+		c := *sa
+		l.app = &c
+	case *syscall.SockaddrInet6:
+		c := *sa
+		l.app = &c
+	}
 	l.pollFn = l.poll
 	l.reqw = bufio.NewWriterSize(&l.reqBuf, 4<<10)
 	var err error
@@ -1064,7 +1076,7 @@ func (l *evloop) dial() (*lsock, error) {
 	}
 	_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
 	a := &lsock{fd: fd, app: true, timerIdx: -1, dialAt: time.Now()}
-	err = syscall.Connect(fd, l.f.app)
+	err = syscall.Connect(fd, l.app)
 	switch {
 	case err == nil:
 		a.events = syscall.EPOLLIN | syscall.EPOLLRDHUP
