@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -9,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http2"
+
+	"github.com/nomad-serverless/nomad-serverless/datapath/h2relay"
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 )
 
@@ -28,7 +32,11 @@ type frontDoor struct {
 	ev     *loopFront        // the event loops; nil: the keepalive loop or net/http
 	loop   *keepalive.Server // nil: net/http serves all (or the event loops)
 	queue  *keepalive.ConnQueue
-	closed atomic.Bool
+	// relay serves the h2c connections of an h2c app's clients (gRPC)
+	// when not tracing; nil: net/http serves them.
+	relay           *h2relay.Relay
+	readHeadTimeout time.Duration
+	closed          atomic.Bool
 }
 
 // othersInFlight, when not nil, tells whether requests other than the
@@ -54,9 +62,19 @@ func newFrontDoor(ln net.Listener, srv *http.Server, log *slog.Logger, othersInF
 	}
 	if keepalive.Supported {
 		f.queue = keepalive.NewConnQueue(ln.Addr())
+		handOff := f.queue.Push
+		if h, ok := srv.Handler.(*Handler); ok && h.h2cApp && h.tracing == nil {
+			relay, err := h.newRelay(log)
+			if err != nil {
+				log.Warn("serving HTTP/2 with net/http", "error", err)
+			} else {
+				f.relay, f.readHeadTimeout = relay, srv.ReadHeaderTimeout
+				handOff = func(nc net.Conn) { go f.serveH2(nc) }
+			}
+		}
 		f.loop = &keepalive.Server{
 			Handler:           srv.Handler,
-			HandOff:           f.queue.Push,
+			HandOff:           handOff,
 			IdleTimeout:       srv.IdleTimeout,
 			ReadHeaderTimeout: srv.ReadHeaderTimeout,
 			Log:               log,
@@ -67,6 +85,45 @@ func newFrontDoor(ln net.Listener, srv *http.Server, log *slog.Logger, othersInF
 		}
 	}
 	return f
+}
+
+// serveH2 takes a connection the keepalive loop handed off: one that
+// opens with HTTP/2's client preface goes to the relay, any other to
+// net/http with what was read of it. The preface is compared as it
+// arrives, so a shorter HTTP/1 request is not waited on.
+func (f *frontDoor) serveH2(nc net.Conn) {
+	preface := []byte(http2.ClientPreface)
+	var buf [len(http2.ClientPreface)]byte
+	n := 0
+	if f.readHeadTimeout > 0 {
+		_ = nc.SetReadDeadline(time.Now().Add(f.readHeadTimeout))
+	}
+	for n < len(buf) {
+		m, err := nc.Read(buf[n:])
+		n += m
+		if !bytes.Equal(buf[:n], preface[:n]) {
+			break
+		}
+		if err != nil {
+			if n == 0 {
+				nc.Close()
+				return
+			}
+			break
+		}
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	if n < len(buf) || !bytes.Equal(buf[:], preface) {
+		f.queue.Push(keepalive.PrefixConn(nc, bytes.Clone(buf[:n])))
+		return
+	}
+	if sc, ok := nc.(*keepalive.ScreenConn); ok {
+		// Frames follow: nothing more to screen.
+		if raw, ok := sc.Unscreen(); ok {
+			nc = raw
+		}
+	}
+	f.relay.ServeConn(nc)
 }
 
 // maxHeaderBytes is the server's limit on a request head.
@@ -133,8 +190,14 @@ func (f *frontDoor) shutdown(deadline time.Time) error {
 	}
 	f.loop.Shutdown()
 	_ = f.queue.Close()
+	if f.relay != nil {
+		f.relay.Drain()
+	}
 	err := f.srv.Shutdown(ctx)
 	if !f.loop.Wait(time.Until(deadline)) && err == nil {
+		err = context.DeadlineExceeded
+	}
+	if f.relay != nil && !f.relay.Wait(time.Until(deadline)) && err == nil {
 		err = context.DeadlineExceeded
 	}
 	return err
@@ -152,5 +215,8 @@ func (f *frontDoor) close() {
 	if f.loop != nil {
 		_ = f.queue.Close()
 		f.loop.Close()
+	}
+	if f.relay != nil {
+		f.relay.Close()
 	}
 }

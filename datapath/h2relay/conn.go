@@ -259,6 +259,10 @@ func (c *Conn) Closed() bool { return c.closed }
 // Streams is the number of streams not closed.
 func (c *Conn) Streams() int { return len(c.streams) }
 
+// StreamOpen reports whether stream id is open (in any state but idle and
+// closed).
+func (c *Conn) StreamOpen(id uint32) bool { _, ok := c.streams[id]; return ok }
+
 func (c *Conn) emit(a Action) { c.actions = append(c.actions, a) }
 
 // connError ends the connection: GOAWAY with code, then close.

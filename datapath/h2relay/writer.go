@@ -106,6 +106,22 @@ func (w *Writer) SetMaxFrame(n uint32) {
 	}
 }
 
+// WriteRaw adds bytes that are not frames (a client's connection preface)
+// to the buffer.
+func (w *Writer) WriteRaw(b []byte) { w.buf.Write(b) }
+
+// Take appends the buffered bytes to dst and empties the buffer: the
+// caller writes them (outside the connection's lock) while the next
+// turn's frames gather.
+func (w *Writer) Take(dst []byte) []byte {
+	dst = append(dst, w.buf.Bytes()...)
+	w.buf.Reset()
+	if w.buf.Cap() > 256<<10 {
+		w.buf = bytes.Buffer{} // do not keep a burst's worth of room
+	}
+	return dst
+}
+
 // Buffered is how many bytes wait for Flush.
 func (w *Writer) Buffered() int { return w.buf.Len() }
 

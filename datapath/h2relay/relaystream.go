@@ -1,0 +1,187 @@
+package h2relay
+
+import (
+	"strconv"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// Field is a header field (pseudo fields included).
+type Field = hpack.HeaderField
+
+// streamPhase is where a relayed stream is.
+type streamPhase uint8
+
+const (
+	phaseHeld     streamPhase = iota // admitted later (Hold), or waiting for an upstream stream
+	phaseUpstream                    // open upstream (upID set)
+	phaseAnswered                    // answered by the handler or the relay; nothing goes upstream
+)
+
+// Stream is one relayed stream: a downstream stream and, once admitted,
+// its upstream stream. Its fields and methods are its session's: the
+// Handler uses them from its callbacks (session locked) and Grant from
+// anywhere; after Done they are the handler's alone.
+type Stream struct {
+	sess *session
+	id   uint32 // downstream stream ID
+
+	// Head is the request head; Request may replace it (what goes
+	// upstream).
+	Head []Field
+	// Arrived is when the head was read.
+	Arrived time.Time
+	// User is the handler's.
+	User any
+
+	phase     streamPhase
+	granted   bool // Grant or Proceed: it may open upstream
+	grantedAt time.Time
+	inPend    bool // in the session's list of streams waiting for an upstream
+	up        *upstream
+	upID      uint32
+	refusals  int
+
+	// Client to app: what could not be sent yet (beyond the upstream
+	// windows, or before the upstream stream), and how the request ends.
+	toUp         []byte
+	toUpEnd      bool
+	toUpTrailers []Field
+	reqEnded     bool // the client ended its side (END_STREAM)
+	upEndSent    bool
+	sentUp       int64
+
+	// App to client.
+	toDown         []byte
+	toDownEnd      bool
+	toDownTrailers []Field
+	downEndSent    bool
+	localBody      bool // toDown is the relay's or handler's own answer
+	lastDown       time.Time
+
+	respStarted bool
+	status      int
+	bytes       int64
+	deadline    time.Time
+	clientReset bool
+	appReset    http2.ErrCode
+	appResetSet bool
+	done        bool
+	touched     bool
+}
+
+// RemoteAddr is the downstream connection's peer (host:port).
+func (s *Stream) RemoteAddr() string { return s.sess.remote }
+
+// GrantedAt is when the stream was admitted (zero: not yet).
+func (s *Stream) GrantedAt() time.Time { return s.grantedAt }
+
+// Granted reports whether the stream was admitted (Proceed or Grant).
+func (s *Stream) Granted() bool { return s.granted }
+
+// LastSent is when the relay last sent response body bytes downstream
+// (zero: none yet).
+func (s *Stream) LastSent() time.Time { return s.lastDown }
+
+// ID is the downstream stream ID.
+func (s *Stream) ID() uint32 { return s.id }
+
+// Started reports whether a response head went downstream.
+func (s *Stream) Started() bool { return s.respStarted }
+
+// Status is the response's status (0: none yet).
+func (s *Stream) Status() int { return s.status }
+
+// Bytes is how many bytes of response body went downstream.
+func (s *Stream) Bytes() int64 { return s.bytes }
+
+// ClientReset reports whether the client reset the stream (or its
+// connection went) before the response ended.
+func (s *Stream) ClientReset() bool { return s.clientReset }
+
+// Complete reports whether the response was sent to its end.
+func (s *Stream) Complete() bool { return s.downEndSent }
+
+// Header returns the first value of the request head's field name
+// (lower case), "" if none.
+func (s *Stream) Header(name string) string {
+	for _, f := range s.Head {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// SetDeadline makes the relay call Handler.Expired at t (zero: never).
+// From the handler's callbacks only.
+func (s *Stream) SetDeadline(t time.Time) {
+	s.deadline = t
+	if !t.IsZero() {
+		s.sess.armAt(t)
+	}
+}
+
+// Grant admits a held stream (Hold): it opens upstream. From any
+// goroutine but the handler's callbacks. It reports false when the stream
+// ended meanwhile: the admission is unused (a slot the handler took for
+// it is the handler's to give back).
+func (s *Stream) Grant() bool {
+	ss := s.sess
+	ss.mu.Lock()
+	if s.done || s.phase != phaseHeld || s.granted {
+		ss.mu.Unlock()
+		return false
+	}
+	now := time.Now()
+	ss.now = now
+	s.granted, s.grantedAt = true, now
+	ss.openUp(s, now)
+	ss.h.Timer(s, now)
+	ss.endTurn(now)
+	return true
+}
+
+// Respond answers the stream with status, fields (no pseudo fields) and
+// body, if no response started; an upstream stream is cancelled. From
+// the handler's callbacks only.
+func (s *Stream) Respond(status int, fields []Field, body []byte) {
+	if s.respStarted || s.done {
+		return
+	}
+	ss := s.sess
+	now := ss.now
+	ss.cancelUp(s, http2.ErrCodeCancel)
+	s.phase = phaseAnswered
+	ss.unpend(s)
+	head := make([]Field, 0, len(fields)+1)
+	head = append(head, Field{Name: ":status", Value: strconv.Itoa(status)})
+	head = append(head, fields...)
+	s.respStarted, s.status = true, status
+	s.localBody = true
+	if err := ss.down.c.SendHeaders(now, s.id, head, len(body) == 0, false); err != nil {
+		return
+	}
+	if len(body) == 0 {
+		s.downEndSent = true
+	} else {
+		ss.sendDown(s, body, true, now)
+	}
+	ss.touch(s)
+}
+
+// Cancel resets the stream both ways with code (CANCEL for a deadline).
+// From the handler's callbacks only.
+func (s *Stream) Cancel(code http2.ErrCode) {
+	if s.done {
+		return
+	}
+	ss := s.sess
+	ss.cancelUp(s, code)
+	s.phase = phaseAnswered
+	ss.unpend(s)
+	ss.down.c.Reset(ss.now, s.id, code)
+	ss.touch(s)
+}
