@@ -558,6 +558,16 @@ func (c *Conn) stepHeaders(now time.Time, f *http2.MetaHeadersFrame) {
 			informational = true
 		}
 	}
+	if !known && s.state.Phase == PhaseClosed && c.peerOpens(id) {
+		// A header block on a stream of the peer's that is not open:
+		// one below a stream it opened since (§5.1.1: the IDs must
+		// grow, PROTOCOL_ERROR), or one it ended or this side reset
+		// (§5.1: after END_STREAM a connection error STREAM_CLOSED).
+		// The connection does not remember which, so it ends, as
+		// net/http's server does for both.
+		c.connError(http2.ErrCodeProtocol)
+		return
+	}
 	if !known && s.state.Phase == PhaseIdle {
 		// A new stream: the peer's to open, in order, within the limit.
 		if !c.peerOpens(id) {

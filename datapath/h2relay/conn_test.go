@@ -258,12 +258,12 @@ func TestConnHostile(t *testing.T) {
 				w.WriteData(1, false, []byte("late"))
 			}
 		}, "RST(1,STREAM_CLOSED)"},
-		{"HEADERS reusing an old stream ID", Config{}, func(p *peer) func(*http2.Framer) {
+		{"HEADERS reusing an old stream ID (§5.1.1: PROTOCOL_ERROR)", Config{}, func(p *peer) func(*http2.Framer) {
 			return func(w *http2.Framer) {
 				p.headers(5, true, get...)(w)
 				p.headers(3, true, get...)(w)
 			}
-		}, "headers(5,end=true) RST(3,STREAM_CLOSED)"},
+		}, "headers(5,end=true) GOAWAY(5,PROTOCOL_ERROR) reset(5,PROTOCOL_ERROR) CLOSE(PROTOCOL_ERROR)"},
 		{"RST on an idle stream", Config{}, func(p *peer) func(*http2.Framer) {
 			return func(w *http2.Framer) { w.WriteRSTStream(7, http2.ErrCodeCancel) }
 		}, "GOAWAY(0,PROTOCOL_ERROR) CLOSE(PROTOCOL_ERROR)"},
