@@ -27,11 +27,11 @@ import (
 // Where the loop is not supported (no socket peek) net/http serves every
 // connection.
 type frontDoor struct {
-	ln     net.Listener
-	srv    *http.Server
-	ev     *loopFront        // the event loops; nil: the keepalive loop or net/http
-	loop   *keepalive.Server // nil: net/http serves all (or the event loops)
-	queue  *keepalive.ConnQueue
+	ln    net.Listener
+	srv   *http.Server
+	ev    *loopFront        // the event loops; nil: the keepalive loop or net/http
+	loop  *keepalive.Server // nil: net/http serves all (or the event loops)
+	queue *keepalive.ConnQueue
 	// relay serves the h2c connections of an h2c app's clients (gRPC)
 	// when not tracing; nil: net/http serves them.
 	relay           *h2relay.Relay
