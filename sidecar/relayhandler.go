@@ -321,7 +321,8 @@ func pathOnly(p string) string {
 
 // newRelay builds the HTTP/2 relay of an h2c app's sidecar: net/http's
 // server limits downstream (250 streams, a 1 MiB header list, 2 minutes
-// idle), loopback connections to the app upstream.
+// idle), pooled connections to the app upstream (one pool per P, shared by
+// every client connection of the P's group).
 func (h *Handler) newRelay(log *slog.Logger) (*h2relay.Relay, error) {
 	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	addr := h.appAddr
@@ -339,6 +340,10 @@ func (h *Handler) newRelay(log *slog.Logger) (*h2relay.Relay, error) {
 			MaxResetsPerSecond:  5_000,
 		},
 		Up: h2relay.Config{
+			// The streams of every client share the pooled connections:
+			// one slow reader holds back its own stream (its window), not
+			// the connection.
+			CreditConnOnReceipt: true,
 			MaxHeaderListSize:   maxResponseHead,
 			IdleTimeout:         90 * time.Second,
 			MaxControlPerSecond: 100_000,

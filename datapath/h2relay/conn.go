@@ -52,6 +52,12 @@ type Config struct {
 	// MaxResetsPerSecond is how many streams a peer may reset a second
 	// (CVE-2023-44487, rapid reset) [200].
 	MaxResetsPerSecond int
+	// CreditConnOnReceipt returns the connection window's credit for
+	// DATA as it arrives (Consumed then returns the stream's only): a
+	// connection whose streams go to many readers (a relay's pooled
+	// upstream) is not held back as a whole by one slow reader, whose
+	// own stream window still bounds what the relay holds for it.
+	CreditConnOnReceipt bool
 }
 
 func (c *Config) setDefaults() {
@@ -634,6 +640,9 @@ func (c *Conn) stepData(now time.Time, f *http2.DataFrame) {
 		return
 	}
 	s.recv -= n
+	if c.cfg.CreditConnOnReceipt {
+		c.returnConn(n)
+	}
 	if pad := n - int64(len(data)); pad > 0 {
 		c.credit(s, pad) // padding is not passed on
 	}
@@ -697,7 +706,9 @@ func (c *Conn) credit(s *stream, n int64) {
 		c.emit(Action{Kind: WriteWindowUpdate, Stream: s.id, N: uint32(s.unacked)})
 		s.unacked = 0
 	}
-	c.returnConn(n)
+	if !c.cfg.CreditConnOnReceipt {
+		c.returnConn(n)
+	}
 }
 
 // Consumed says the relay passed n bytes of stream id's data on (the other
@@ -712,7 +723,9 @@ func (c *Conn) Consumed(now time.Time, id uint32, n int) {
 		c.credit(s, int64(n))
 		return
 	}
-	c.returnConn(int64(n)) // the stream ended meanwhile
+	if !c.cfg.CreditConnOnReceipt {
+		c.returnConn(int64(n)) // the stream ended meanwhile
+	}
 }
 
 // SendWindow is how many bytes of DATA the relay may send on stream id now

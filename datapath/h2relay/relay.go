@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -95,6 +97,9 @@ type RelayConfig struct {
 	// taken by its peer beyond what the windows allow [4 MiB]; past it
 	// the connection is cut.
 	MaxBuffered int
+	// Groups is how many lock domains the connections are spread over,
+	// each with its own pool of upstream connections [GOMAXPROCS].
+	Groups int
 	// Log receives connection-level events; nil discards them.
 	Log *slog.Logger
 }
@@ -115,6 +120,9 @@ type RelayConfig struct {
 type Relay struct {
 	cfg RelayConfig
 	log *slog.Logger
+
+	groups []*group
+	next   atomic.Uint32 // the group of the next connection
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -153,13 +161,28 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Relay{cfg: cfg, log: log, sessions: map[*session]struct{}{}}, nil
+	r := &Relay{cfg: cfg, log: log, sessions: map[*session]struct{}{}}
+	if cfg.Groups <= 0 {
+		cfg.Groups = runtime.GOMAXPROCS(0)
+	}
+	for range cfg.Groups {
+		r.groups = append(r.groups, newGroup(r))
+	}
+	return r, nil
+}
+
+// isDraining reports whether Drain was called.
+func (r *Relay) isDraining() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.draining
 }
 
 // ServeConn relays the streams of nc, whose client preface (the 24 bytes
 // of http2.ClientPreface) was read already, until the connection ends.
 func (r *Relay) ServeConn(nc net.Conn) {
-	s, err := newSession(r, nc)
+	g := r.groups[int(r.next.Add(1))%len(r.groups)]
+	s, err := newSession(g, nc)
 	if err != nil {
 		r.log.Warn("h2 relay: connection not served", "error", err)
 		nc.Close()
@@ -181,9 +204,7 @@ func (r *Relay) ServeConn(nc net.Conn) {
 		r.mu.Unlock()
 		r.wg.Done()
 	}()
-	if draining {
-		s.drain()
-	}
+	s.start(draining)
 	s.readDown()
 }
 
@@ -201,19 +222,22 @@ func (r *Relay) Drain() {
 	for _, s := range ss {
 		s.drain()
 	}
+	if len(ss) == 0 {
+		for _, g := range r.groups {
+			now := g.lock()
+			g.retire(now)
+			g.endTurn(now)
+		}
+	}
 }
 
 // Close cuts every connection; their streams end (Handler.Done).
 func (r *Relay) Close() {
 	r.mu.Lock()
 	r.closed = true
-	ss := make([]*session, 0, len(r.sessions))
-	for s := range r.sessions {
-		ss = append(ss, s)
-	}
 	r.mu.Unlock()
-	for _, s := range ss {
-		s.cut()
+	for _, g := range r.groups {
+		g.cut()
 	}
 }
 

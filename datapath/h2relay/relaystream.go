@@ -120,7 +120,7 @@ func (s *Stream) Header(name string) string {
 func (s *Stream) SetDeadline(t time.Time) {
 	s.deadline = t
 	if !t.IsZero() {
-		s.sess.armAt(t)
+		s.sess.g.armAt(t)
 	}
 }
 
@@ -129,18 +129,16 @@ func (s *Stream) SetDeadline(t time.Time) {
 // ended meanwhile: the admission is unused (a slot the handler took for
 // it is the handler's to give back).
 func (s *Stream) Grant() bool {
-	ss := s.sess
-	ss.mu.Lock()
+	g := s.sess.g
+	now := g.lock()
 	if s.done || s.phase != phaseHeld || s.granted {
-		ss.mu.Unlock()
+		g.mu.Unlock()
 		return false
 	}
-	now := time.Now()
-	ss.now = now
 	s.granted, s.grantedAt = true, now
-	ss.openUp(s, now)
-	ss.h.Timer(s, now)
-	ss.endTurn(now)
+	g.openUp(s, now)
+	g.h.Timer(s, now)
+	g.endTurn(now)
 	return true
 }
 
@@ -151,25 +149,27 @@ func (s *Stream) Respond(status int, fields []Field, body []byte) {
 	if s.respStarted || s.done {
 		return
 	}
-	ss := s.sess
-	now := ss.now
-	ss.cancelUp(s, http2.ErrCodeCancel)
+	g := s.sess.g
+	down := &s.sess.down
+	now := g.now
+	g.cancelUp(s, http2.ErrCodeCancel)
 	s.phase = phaseAnswered
-	ss.unpend(s)
+	g.unpend(s)
+	g.mark(down)
 	head := make([]Field, 0, len(fields)+1)
 	head = append(head, Field{Name: ":status", Value: strconv.Itoa(status)})
 	head = append(head, fields...)
 	s.respStarted, s.status = true, status
 	s.localBody = true
-	if err := ss.down.c.SendHeaders(now, s.id, head, len(body) == 0, false); err != nil {
+	if err := down.c.SendHeaders(now, s.id, head, len(body) == 0, false); err != nil {
 		return
 	}
 	if len(body) == 0 {
 		s.downEndSent = true
 	} else {
-		ss.sendDown(s, body, true, now)
+		g.sendDown(s, body, true, now)
 	}
-	ss.touch(s)
+	g.touch(s)
 }
 
 // Cancel resets the stream both ways with code (CANCEL for a deadline).
@@ -178,10 +178,11 @@ func (s *Stream) Cancel(code http2.ErrCode) {
 	if s.done {
 		return
 	}
-	ss := s.sess
-	ss.cancelUp(s, code)
+	g := s.sess.g
+	g.cancelUp(s, code)
 	s.phase = phaseAnswered
-	ss.unpend(s)
-	ss.down.c.Reset(ss.now, s.id, code)
-	ss.touch(s)
+	g.unpend(s)
+	g.mark(&s.sess.down)
+	s.sess.down.c.Reset(g.now, s.id, code)
+	g.touch(s)
 }
