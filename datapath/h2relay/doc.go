@@ -1,8 +1,8 @@
-// Package h2relay is the core of the HTTP/2 relay of issue 44 ("gRPC at
-// HAProxy's cost"): the protocol state of one HTTP/2 connection, as a pure
-// state machine in the style of etcd's raft, for the connection loops that
-// will replace net/http's HTTP/2 server and transport in the gateway and
-// the sidecar.
+// Package h2relay is the HTTP/2 relay of issue 44 ("gRPC at HAProxy's
+// cost"): the protocol state of one HTTP/2 connection, as a pure state
+// machine in the style of etcd's raft, and the relay between connections
+// built on it, which replaces net/http's HTTP/2 server and transport in
+// the sidecar (for h2c apps) and is to replace them in the gateway.
 //
 // # Why a state machine
 //
@@ -23,6 +23,7 @@
 //     mapped to the stream or connection error the RFC names. Table test
 //     TestNextTable; FuzzStreamMachine holds it against an independent
 //     model on any sequence of events.
+//
 //   - Conn (conn.go): one connection's state, either role: the preface
 //     (SETTINGS first), stream IDs (parity, order, reuse), the peer's
 //     concurrency limit (REFUSED_STREAM), SETTINGS (validation, the
@@ -47,48 +48,47 @@
 //     TestConnGoAway, TestConnTimers; FuzzConn feeds any bytes through a
 //     Framer and checks the windows, the stream count and that a closed
 //     connection does nothing more.
+//
 //   - Writer (writer.go): the connection's Write* actions as frames in one
 //     buffer, flushed in one system call per turn (coalescing), with the
 //     connection's HPACK encoder (table size from PeerSettings) and header
 //     blocks split into CONTINUATION frames at the peer's frame size
 //     (PeerMaxFrame). TestWriterCoalescesFrames.
 //
+//   - Relay (relay.go, group.go, session.go, relaystream.go): the relay
+//     between connections, wired into the sidecar for h2c clients of an
+//     h2c app (sidecar/relayhandler.go). Each downstream connection (a
+//     session) belongs to one of a few groups (one per P); a group is one
+//     lock domain with a pool of upstream connections its sessions'
+//     streams share, stream IDs mapped, HPACK per connection. Goroutines:
+//     one reader per socket (frames already buffered join the turn of the
+//     one that woke it) and a timer per group; none per stream. A turn
+//     steps the machines and carries out their actions; its writes leave,
+//     one system call per socket, after the lock is released, by the
+//     goroutine that claimed them (a socket that takes nothing blocks
+//     only that goroutine; MaxBuffered cuts it). Flow control end to end:
+//     a client's bytes are credited back only once written upstream and
+//     the app's only once written downstream, so a stream holds at most
+//     its receive window; upstream the connection window is credited on
+//     receipt (Config.CreditConnOnReceipt), so a slow reader holds back
+//     its own stream and not the pool. The Handler admits each stream
+//     (Proceed, Hold with a later Grant, or its own answer), sets its
+//     deadline, maps the app's failures before a response (Failed) and
+//     accounts for it (Done, called outside the lock). RST_STREAM passes
+//     both ways (the client's as CANCEL), REFUSED_STREAM from the app is
+//     retried on another connection when nothing of the body left,
+//     trailers pass, GOAWAY drains (Relay.Drain), PINGs are answered.
+//     Streams admitted in a turn are opened upstream at its end: one reset
+//     in the frames read with its head never reaches the app.
+//
 // # What remains (in this order)
 //
-//  1. The connection loop: a goroutine per connection (or per group of
-//     connections on a locked thread, as the sidecar's HTTP/1.1 event
-//     loops in sidecar/evloop_linux.go) that reads with a Framer
-//     (ReadMetaHeaders, MaxHeaderListSize, SetMaxReadFrameSize from
-//     Config), calls Step/ReadError/Tick, passes Actions through a Writer
-//     (flushed once per turn) and acts on the deliveries it hands back,
-//     splits DATA at SendWindow, keeps read-header and idle deadlines on
-//     the socket, and reads and checks the client preface before the
-//     Framer (bad preface: close).
-//  2. The relay between two Conns: stream ID mapping (downstream stream ->
-//     upstream stream on a pooled connection), Open on the upstream with
-//     the request head (routing, traffic split, concurrency counting and
-//     holding at zero stay the gateway's, per stream), DeliverData passed
-//     on with SendData only within the upstream's SendWindow and credited
-//     back downstream with Consumed only once written (the end-to-end
-//     flow control: a slow reader holds its writer back through the
-//     windows, no unbounded buffer), DeliverHeaders (responses, 1xx,
-//     trailers) passed back with SendHeaders, DeliverReset mapped to Reset
-//     on the other side, PeerGoAway retiring a pooled connection
-//     (REFUSED_STREAM streams retried on another), deadlines from
-//     grpc-timeout and the revision's timeouts through SetDeadline.
-//  3. Wiring, behind the hostile table (test/rawh2), FuzzGatewayH2 and the
-//     idle and read-header timeout tests: the gateway's h2c and h2
-//     listeners and its connections to sidecars, then the sidecar's two
-//     sides (client to sidecar, sidecar to an h2c app). Upgrade: h2c and
-//     websockets over HTTP/1.1 stay on net/http.
-//  4. The measurements: make bench-grpc at 1 stream, 32 streams on one
-//     connection and 32 connections against HAProxy (targets: 1.0x
-//     calls/s, p99 at most 1.2x, two runs), CPU per call beside
-//     HAProxy's, RSS at 1,000 idle connections and 10,000 open streams;
-//     the component tests of the issue (grpc-go through gateway and
-//     sidecar: unary, streaming, deadlines, cancellation, errors
-//     mid-stream, 100 calls at zero, a slow reader with bounded memory);
-//     e2e 23 and make e2e on both pairs; the design notes.
-//
-// Nothing outside this package uses it yet.
+//  1. The gateway: its h2c and h2 listeners and its connections to
+//     sidecars (routing, splitting and holding at zero per stream, as the
+//     sidecar's Handler does the breaker).
+//  2. Spans on the relay (a traced sidecar keeps net/http's HTTP/2 now),
+//     and the probe that waits for readiness (answered at once on the
+//     relay; the gateway's waiting probes come over HTTP/1.1).
+//  3. Measurements still missing: RSS at 1,000 idle connections and
+//     10,000 open streams; make e2e on both pairs.
 package h2relay
