@@ -86,6 +86,8 @@ func modes() map[string]mode {
 		"grpc":      runGRPCBench,
 		// The sidecar's gRPC path alone (grpc_sidecar.go).
 		"grpc-sidecar": runGRPCSidecarBench,
+		// The sidecar relay's memory (relaymem.go).
+		"relay-mem": runRelayMemBench,
 	}
 }
 
