@@ -40,6 +40,7 @@ type h2cApp struct {
 
 type h2cSeen struct {
 	from, method, path string
+	xff, fwd           []string
 	body               []byte
 	whole              bool
 	done               atomic.Bool
@@ -87,7 +88,7 @@ func startH2CApp(t testing.TB) *h2cApp {
 			parts := strings.Split(xff[len(xff)-1], ",")
 			from = strings.TrimSpace(parts[len(parts)-1])
 		}
-		s := &h2cSeen{from: from, method: r.Method, path: r.URL.Path}
+		s := &h2cSeen{from: from, method: r.Method, path: r.URL.Path, xff: xff, fwd: r.Header.Values("Forwarded")}
 		a.mu.Lock()
 		a.seen = append(a.seen, s)
 		a.mu.Unlock()

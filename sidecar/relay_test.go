@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
 	"github.com/nomad-serverless/nomad-serverless/sidecar"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/test/grpcapp"
@@ -247,5 +249,56 @@ func TestRelaySidecarAnswers(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(spec.NotServedHeader) != spec.NotServedValue {
 		t.Errorf("app not there: %d, %s %q; want 502 with the header", resp.StatusCode, spec.NotServedHeader, resp.Header.Get(spec.NotServedHeader))
+	}
+}
+
+// The app gets X-Forwarded-For and Forwarded through the relay as through
+// net/http: the client appended to what came (Forwarded derived from
+// X-Forwarded-* when the request had none), repeated fields joined.
+func TestRelayForwardedHeaders(t *testing.T) {
+	t.Parallel()
+	a := startH2CApp(t)
+	r := startSidecar(t, h2cConfig(a.port), sidecar.Options{})
+	r.waitReady(t)
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	defer tr.CloseIdleConnections()
+	const host = "hello.default.localhost"
+	for i, c := range []struct {
+		in      http.Header
+		xff     string
+		wantFwd string
+	}{
+		{http.Header{}, "127.0.0.1", h1.Forwarded(http.Header{}, "127.0.0.1", host, "http")},
+		{http.Header{"X-Forwarded-For": {"10.0.0.1"}, "X-Forwarded-Proto": {"https"}}, "10.0.0.1, 127.0.0.1",
+			h1.Forwarded(http.Header{"X-Forwarded-For": {"10.0.0.1"}, "X-Forwarded-Proto": {"https"}}, "127.0.0.1", host, "http")},
+		{http.Header{"X-Forwarded-For": {"10.0.0.1", "10.0.0.2"}, "Forwarded": {"for=10.0.0.1", "for=10.0.0.2"}}, "10.0.0.1, 10.0.0.2, 127.0.0.1",
+			"for=10.0.0.1, for=10.0.0.2, " + h1.Forwarded(http.Header{}, "127.0.0.1", host, "http")},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, r.url+"/fwd/"+strconv.Itoa(i), nil)
+		req.Host = host
+		for k, vv := range c.in {
+			req.Header[k] = vv
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		a.mu.Lock()
+		var got *h2cSeen
+		for _, s := range a.seen {
+			if s.path == "/fwd/"+strconv.Itoa(i) {
+				got = s
+			}
+		}
+		a.mu.Unlock()
+		if got == nil {
+			t.Fatalf("case %d: the app did not get the request", i)
+		}
+		if len(got.xff) != 1 || got.xff[0] != c.xff || len(got.fwd) != 1 || got.fwd[0] != c.wantFwd {
+			t.Errorf("case %d: X-Forwarded-For %q, Forwarded %q; want %q and %q", i, got.xff, got.fwd, c.xff, c.wantFwd)
+		}
 	}
 }

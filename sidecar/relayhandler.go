@@ -92,37 +92,90 @@ func (rh relayHandler) Request(s *h2relay.Stream, now time.Time) h2relay.Decisio
 	return h2relay.Proceed
 }
 
-// forwardHead adds what the sidecar adds to every request for the app:
-// the client in X-Forwarded-For and Forwarded, as the net/http path does.
+// forwardHead adds what the sidecar adds to every request for the app,
+// as the net/http path does: the client appended to X-Forwarded-For (one
+// field, earlier ones joined as ReverseProxy joins them) and an element
+// for this hop appended to Forwarded (h1.WriteForwarded: the request's
+// Forwarded, or the elements its X-Forwarded-* imply). The common head
+// (the gateway's, with both) costs two strings.
 func (rh relayHandler) forwardHead(s *h2relay.Stream) {
 	ip := h1.ClientIP(s.RemoteAddr())
 	head := s.Head
-	xff, fwd := -1, -1
+	var nFwd, nXFF, size, xffSize int
 	authority := ""
-	for i, f := range head {
+	for _, f := range head {
 		switch f.Name {
-		case "x-forwarded-for":
-			xff = i
 		case "forwarded":
-			fwd = i
+			nFwd++
+			size += len(f.Value) + 2
+		case "x-forwarded-for":
+			nXFF++
+			xffSize += len(f.Value) + 2
 		case ":authority":
 			authority = f.Value
 		}
 	}
-	if xff >= 0 {
-		head[xff].Value += ", " + ip
-	} else {
-		head = append(head, h2relay.Field{Name: "x-forwarded-for", Value: ip})
+	var b strings.Builder
+	b.Grow(size + len(ip) + len(authority) + 32)
+	switch {
+	case nFwd > 0:
+		for _, f := range head {
+			if f.Name == "forwarded" {
+				b.WriteString(f.Value)
+				b.WriteString(", ")
+			}
+		}
+		h1.WriteForwarded(&b, nil, ip, authority, "http")
+	case nXFF > 0:
+		hd := http.Header{}
+		for _, f := range head {
+			switch f.Name {
+			case "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto":
+				k := http.CanonicalHeaderKey(f.Name)
+				hd[k] = append(hd[k], f.Value)
+			}
+		}
+		h1.WriteForwarded(&b, hd, ip, authority, "http")
+	default:
+		h1.WriteForwarded(&b, nil, ip, authority, "http")
 	}
-	var prior http.Header
-	if fwd >= 0 {
-		prior = http.Header{"Forwarded": {head[fwd].Value}}
+	fwd := b.String()
+	xff := ip
+	if nXFF > 0 {
+		var x strings.Builder
+		x.Grow(xffSize + len(ip))
+		for _, f := range head {
+			if f.Name == "x-forwarded-for" {
+				x.WriteString(f.Value)
+				x.WriteString(", ")
+			}
+		}
+		x.WriteString(ip)
+		xff = x.String()
 	}
-	v := h1.Forwarded(prior, ip, authority, "http")
-	if fwd >= 0 {
-		head[fwd].Value = v
-	} else {
-		head = append(head, h2relay.Field{Name: "forwarded", Value: v})
+	if nFwd > 1 || nXFF > 1 {
+		// Repeated fields become one each.
+		kept := head[:0]
+		for _, f := range head {
+			if f.Name != "forwarded" && f.Name != "x-forwarded-for" {
+				kept = append(kept, f)
+			}
+		}
+		head, nFwd, nXFF = kept, 0, 0
+	}
+	for i := range head {
+		switch head[i].Name {
+		case "forwarded":
+			head[i].Value = fwd
+		case "x-forwarded-for":
+			head[i].Value = xff
+		}
+	}
+	if nFwd == 0 {
+		head = append(head, h2relay.Field{Name: "forwarded", Value: fwd})
+	}
+	if nXFF == 0 {
+		head = append(head, h2relay.Field{Name: "x-forwarded-for", Value: xff})
 	}
 	s.Head = head
 }

@@ -191,6 +191,10 @@ type Conn struct {
 	cfg     Config
 	streams map[uint32]*stream
 	actions []Action
+	spare   []Action // the other buffer of Actions
+	// standIn is what lookup returns for a stream not open (it is never
+	// kept): a frame for an unknown stream allocates nothing.
+	standIn stream
 
 	// lastPeer and lastLocal are the highest stream IDs each side opened;
 	// a stream at or below them that is not in streams is closed.
@@ -248,13 +252,16 @@ func NewConn(cfg Config, now time.Time) (*Conn, error) {
 }
 
 // Actions returns what the relay must do, in order, and forgets it. The
-// slices in the actions are valid until the next call on c (Data until the
-// next frame is read).
+// returned slice is valid until the next call of Actions (what calls on c
+// emit meanwhile goes into a second buffer: the two alternate, so a
+// connection's turns allocate no actions); the slices in the actions
+// until the next call on c (Data until the next frame is read).
 func (c *Conn) Actions() []Action {
 	a := c.actions
-	c.actions = c.actions[len(c.actions):]
-	if len(c.actions) == 0 && cap(c.actions) > 64 {
-		c.actions = nil // do not keep a flood's worth of room
+	c.actions = c.spare[:0]
+	c.spare = a
+	if cap(a) > 64 {
+		c.spare = nil // do not keep a flood's worth of room
 	}
 	return a
 }
@@ -326,10 +333,11 @@ func (c *Conn) lookup(id uint32) (*stream, bool) {
 	if c.peerOpens(id) {
 		last = c.lastPeer
 	}
+	c.standIn = stream{id: id, state: StreamState{Phase: PhaseIdle}}
 	if id <= last {
-		return &stream{id: id, state: StreamState{Phase: PhaseClosed}}, false
+		c.standIn.state.Phase = PhaseClosed
 	}
-	return &stream{id: id, state: StreamState{Phase: PhaseIdle}}, false
+	return &c.standIn, false
 }
 
 // apply runs e on s; a violation is turned into its reset or GOAWAY. It

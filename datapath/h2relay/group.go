@@ -77,6 +77,7 @@ type group struct {
 
 	dirty   []*side // sides whose Conn was called this turn
 	touched []*Stream
+	settled []*Stream // touched's other buffer (turn)
 	done    []*Stream
 	closers []*side // upstream sides whose connection ended, to flush and close
 }
@@ -259,15 +260,16 @@ func (g *group) turn(now time.Time) {
 		if len(g.touched) == 0 && !g.freed {
 			return
 		}
+		// Settling may touch streams again: they gather in the other
+		// buffer, and the two alternate (no allocation a turn).
 		touched := g.touched
-		g.touched = g.touched[len(g.touched):]
-		for _, st := range touched {
+		g.touched = g.settled[:0]
+		for i, st := range touched {
+			touched[i] = nil
 			st.touched = false
 			g.settle(st, now)
 		}
-		if len(g.touched) == 0 {
-			g.touched = g.touched[:0]
-		}
+		g.settled = touched[:0]
 		if g.freed {
 			g.freed = false
 			g.retryPending(now)

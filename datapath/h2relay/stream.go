@@ -240,7 +240,6 @@ func nextRecv(p Phase, e StreamEvent) (Phase, *Violation) {
 
 // nextSend is the figure's transitions for this side's own frames.
 func nextSend(p Phase, e StreamEvent) (Phase, *Violation) {
-	bug := &Violation{Code: http2.ErrCodeInternal}
 	switch p {
 	case PhaseIdle:
 		switch e {
@@ -277,5 +276,5 @@ func nextSend(p Phase, e StreamEvent) (Phase, *Violation) {
 			return PhaseClosed, nil // a reset may cross the peer's end
 		}
 	}
-	return PhaseClosed, bug
+	return PhaseClosed, &Violation{Code: http2.ErrCodeInternal}
 }
