@@ -117,13 +117,10 @@ func (f *frontDoor) serveH2(nc net.Conn) {
 		f.queue.Push(keepalive.PrefixConn(nc, bytes.Clone(buf[:n])))
 		return
 	}
-	if sc, ok := nc.(*keepalive.ScreenConn); ok {
-		// Frames follow: nothing more to screen.
-		if raw, ok := sc.Unscreen(); ok {
-			nc = raw
-		}
-	}
-	f.relay.ServeConn(nc)
+	// Frames follow: nothing more to screen, and the relay reads the
+	// socket itself.
+	held, raw := keepalive.Detach(nc)
+	f.relay.ServeConn(raw, held)
 }
 
 // maxHeaderBytes is the server's limit on a request head.

@@ -10,12 +10,18 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/nomad-serverless/nomad-serverless/datapath/rawio"
 )
 
 // side is one socket: its connection state, its writer and the write in
 // progress.
 type side struct {
 	nc net.Conn
+	// rw reads and writes nc with raw system calls (datapath/rawio): no
+	// scheduler hand-off per call, so the runtime's monitor is not kept
+	// awake by the relay's sockets.
+	rw *rawio.Conn
 	c  *Conn
 	w  *Writer
 	// keep holds a turn's deliveries (Writer.Apply's leftovers).
@@ -145,7 +151,7 @@ func frameBuffered(br *bufio.Reader) bool {
 // readUp reads an upstream connection's frames until it ends.
 func (g *group) readUp(u *upstream) {
 	cfg := u.c.cfg
-	br := bufio.NewReaderSize(u.nc, 16<<10)
+	br := bufio.NewReaderSize(u.rw, 16<<10)
 	fr := newFramer(br, &cfg)
 	for {
 		f, err := fr.ReadFrame()
@@ -330,7 +336,7 @@ func (g *group) write(sd *side, now time.Time) {
 				sd.wdl = dl
 				_ = sd.nc.SetWriteDeadline(dl)
 			}
-			_, err = sd.nc.Write(sd.out)
+			_, err = sd.rw.Write(sd.out)
 		}
 		g.mu.Lock()
 		sd.out = sd.out[:0]
@@ -662,7 +668,7 @@ func (g *group) newUpstream(nc net.Conn, now time.Time) (*upstream, error) {
 		return nil, err
 	}
 	w.WriteRaw([]byte(http2.ClientPreface))
-	u := &upstream{side: side{nc: nc, c: c, w: w}, streams: map[uint32]*Stream{}}
+	u := &upstream{side: side{nc: nc, rw: rawio.New(nc), c: c, w: w}, streams: map[uint32]*Stream{}}
 	u.up = u
 	return u, nil
 }

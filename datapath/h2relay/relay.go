@@ -179,10 +179,13 @@ func (r *Relay) isDraining() bool {
 }
 
 // ServeConn relays the streams of nc, whose client preface (the 24 bytes
-// of http2.ClientPreface) was read already, until the connection ends.
-func (r *Relay) ServeConn(nc net.Conn) {
+// of http2.ClientPreface) was read already, until the connection ends;
+// held is what was read of nc after the preface (read first). nc is best
+// the socket itself (a *net.TCPConn): the relay then reads and writes it
+// with raw system calls.
+func (r *Relay) ServeConn(nc net.Conn, held []byte) {
 	g := r.groups[int(r.next.Add(1))%len(r.groups)]
-	s, err := newSession(g, nc)
+	s, err := newSession(g, nc, held)
 	if err != nil {
 		r.log.Warn("h2 relay: connection not served", "error", err)
 		nc.Close()

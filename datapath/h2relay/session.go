@@ -2,10 +2,13 @@ package h2relay
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/nomad-serverless/nomad-serverless/datapath/rawio"
 )
 
 // session is one downstream connection: its state and its streams, in its
@@ -13,12 +16,13 @@ import (
 type session struct {
 	g       *group
 	remote  string
+	held    []byte // read from the connection before the relay had it
 	down    side
 	streams map[uint32]*Stream // by downstream stream ID
 	ended   bool
 }
 
-func newSession(g *group, nc net.Conn) (*session, error) {
+func newSession(g *group, nc net.Conn, held []byte) (*session, error) {
 	now := time.Now()
 	c, err := NewConn(g.r.cfg.Down, now)
 	if err != nil {
@@ -28,11 +32,11 @@ func newSession(g *group, nc net.Conn) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{g: g, streams: map[uint32]*Stream{}}
+	s := &session{g: g, held: held, streams: map[uint32]*Stream{}}
 	if a := nc.RemoteAddr(); a != nil {
 		s.remote = a.String()
 	}
-	s.down = side{nc: nc, c: c, w: w, down: s}
+	s.down = side{nc: nc, rw: rawio.New(nc), c: c, w: w, down: s}
 	return s, nil
 }
 
@@ -52,7 +56,12 @@ func (s *session) start(draining bool) {
 func (s *session) readDown() {
 	g := s.g
 	cfg := s.down.c.cfg
-	br := bufio.NewReaderSize(s.down.nc, 16<<10)
+	var r io.Reader = s.down.rw
+	if len(s.held) > 0 {
+		r = &heldReader{held: s.held, r: r}
+		s.held = nil
+	}
+	br := bufio.NewReaderSize(r, 16<<10)
 	fr := newFramer(br, &cfg)
 	for {
 		f, err := fr.ReadFrame()
@@ -85,6 +94,21 @@ func (s *session) readDown() {
 		}
 		g.endTurn(now)
 	}
+}
+
+// heldReader reads held, then r.
+type heldReader struct {
+	held []byte
+	r    io.Reader
+}
+
+func (h *heldReader) Read(p []byte) (int, error) {
+	if len(h.held) > 0 {
+		n := copy(p, h.held)
+		h.held = h.held[n:]
+		return n, nil
+	}
+	return h.r.Read(p)
 }
 
 // drain starts a graceful close of the downstream connection.

@@ -25,7 +25,7 @@ var Floors = map[string]int{
 	"datapath/h1":          0,
 	"datapath/broadcast":   0,
 	"datapath/h2proxy":     0,
-	"datapath/h2relay":     0, // the HTTP/2 relay (issue 44): its state machines and the relay between connections; nothing of ours below it
+	"datapath/h2relay":     5, // the HTTP/2 relay (issue 44): its state machines and the relay between connections; over rawio
 	"datapath/keepalive":   5, // over rawio and h1
 	"hcl":                  10,
 	"canary":               10, // the rollout state machine, pure, over spec
