@@ -17,7 +17,11 @@
 //     elsewhere and for an h2c app by a keep-alive loop
 //     (package datapath/keepalive); either costs a fraction of net/http's
 //     per-request work, and a connection goes to net/http at its first
-//     request of any other kind (frontdoor.go). Bodies stream both
+//     request of any other kind (frontdoor.go). HTTP/2 clients of an h2c
+//     app (the gateway, gRPC clients; h2c with prior knowledge) are
+//     relayed frame by frame by datapath/h2relay (relayhandler.go: the
+//     breaker, timeouts, stats and answers below, per stream), onto
+//     pooled h2c connections to the app, unless tracing is on. Bodies stream both
 //     ways; responses are flushed as bytes arrive; X-Forwarded-For gets the
 //     client appended, other X-Forwarded-* and traceparent pass unchanged;
 //     hop-by-hop headers are dropped.
