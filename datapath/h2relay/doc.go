@@ -55,7 +55,8 @@
 //     blocks split into CONTINUATION frames at the peer's frame size
 //     (PeerMaxFrame). TestWriterCoalescesFrames.
 //
-//   - Relay (relay.go, group.go, session.go, relaystream.go): the relay
+//   - Relay (relay.go, group.go, session.go, pool.go, flow.go,
+//     relaystream.go): the relay
 //     between connections, wired into the sidecar for h2c clients of an
 //     h2c app (sidecar/relayhandler.go). Each downstream connection (a
 //     session) belongs to one of a few groups (one per P); a group is one

@@ -1,0 +1,336 @@
+package h2relay
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/nomad-serverless/nomad-serverless/datapath/rawio"
+)
+
+// The group's pool of upstream connections: reading them, relaying what
+// the app sends, opening streams on them, dialling more.
+
+// upstream is one pooled connection to the app, shared by the group's
+// sessions.
+type upstream struct {
+	side
+	streams  map[uint32]*Stream // by upstream stream ID
+	retiring bool               // GOAWAY from the app or closing: no new streams
+	lost     bool               // the socket failed (not a protocol error)
+}
+
+// readUp reads an upstream connection's frames until it ends.
+func (g *group) readUp(u *upstream) {
+	cfg := u.c.cfg
+	br := bufio.NewReaderSize(u.rw, 16<<10)
+	fr := newFramer(br, &cfg)
+	for {
+		f, err := fr.ReadFrame()
+		now := g.lock()
+		g.mark(&u.side)
+		for {
+			if err != nil {
+				var se http2.StreamError
+				var ce http2.ConnectionError
+				if !errors.As(err, &se) && !errors.As(err, &ce) {
+					u.lost = true
+				}
+				u.c.ReadError(now, err)
+			} else {
+				u.c.Step(now, f)
+			}
+			if u.c.Closed() || !frameBuffered(br) {
+				break
+			}
+			// The next frame is in the buffer: it joins this turn, so
+			// that what the two ask to write leaves in one write.
+			g.turn(now)
+			f, err = fr.ReadFrame()
+		}
+		closed := u.c.Closed()
+		g.endTurn(now)
+		if closed {
+			return
+		}
+	}
+}
+
+// onUp carries out a delivery from an upstream connection.
+func (g *group) onUp(u *upstream, a *Action, now time.Time) {
+	switch a.Kind {
+	case DeliverHeaders:
+		st := u.streams[a.Stream]
+		if st == nil {
+			u.c.Reset(now, a.Stream, http2.ErrCodeCancel)
+			return
+		}
+		s := st.sess
+		g.mark(&s.down)
+		switch {
+		case a.Informational:
+			if !st.respStarted {
+				_ = s.down.c.SendHeaders(now, st.id, a.Fields, false, true)
+			}
+		case !st.respStarted:
+			status, ok := parseStatus(pseudo(a.Fields, ":status"))
+			if !ok {
+				g.cancelUp(st, http2.ErrCodeProtocol)
+				g.h.Failed(st, errBadResponse)
+				if !st.respStarted {
+					st.phase = phaseAnswered
+					s.down.c.Reset(now, st.id, http2.ErrCodeInternal)
+				}
+				break
+			}
+			head := g.h.Response(st, a.Fields)
+			st.respStarted, st.status = true, status
+			if s.down.c.SendHeaders(now, st.id, head, a.End, false) != nil {
+				g.cancelUp(st, http2.ErrCodeCancel)
+				st.phase = phaseAnswered
+				break
+			}
+			st.downEndSent = a.End
+		default:
+			// Trailers.
+			if len(st.toDown) == 0 {
+				if s.down.c.SendHeaders(now, st.id, a.Fields, true, false) == nil {
+					st.downEndSent = true
+				}
+				break
+			}
+			st.toDownTrailers, st.toDownEnd = a.Fields, true
+		}
+		g.touch(st)
+	case DeliverData:
+		st := u.streams[a.Stream]
+		if st == nil || st.phase != phaseUpstream {
+			u.c.Consumed(now, a.Stream, len(a.Data))
+			return
+		}
+		g.sendDown(st, a.Data, a.End, now)
+		g.touch(st)
+	case DeliverReset:
+		st := u.streams[a.Stream]
+		if st == nil {
+			return
+		}
+		delete(u.streams, a.Stream)
+		st.appReset, st.appResetSet = a.Code, true
+		g.touch(st)
+		if st.phase != phaseUpstream {
+			return
+		}
+		g.freed = true
+		var err error = &ResetError{Code: a.Code}
+		if u.lost {
+			err = ErrUpstreamLost
+		}
+		if !st.respStarted && a.Code == http2.ErrCodeRefusedStream && !u.lost && st.sentUp == 0 && st.refusals < 2 {
+			// Not processed by the app (RFC 9113 §8.7), and nothing of
+			// the body left the relay: open it again elsewhere.
+			st.refusals++
+			st.phase, st.upEndSent = phaseHeld, false
+			st.up, st.upID = nil, 0
+			g.openUp(st, now)
+			return
+		}
+		s := st.sess
+		g.mark(&s.down)
+		st.phase = phaseAnswered
+		g.dropToUp(st, now)
+		code := a.Code
+		if u.lost {
+			code = http2.ErrCodeInternal
+		}
+		if !st.respStarted {
+			g.dropToDown(st, now)
+			g.h.Failed(st, err)
+			if !st.respStarted {
+				s.down.c.Reset(now, st.id, code)
+			}
+			return
+		}
+		if a.Code == http2.ErrCodeNo && st.toDownEnd {
+			// The app ended its response and stopped the request's
+			// body: the response's rest still goes out.
+			st.phase = phaseUpstream
+			return
+		}
+		g.dropToDown(st, now)
+		s.down.c.Reset(now, st.id, code)
+	case DeliverCredit:
+		if a.Stream != 0 {
+			if st := u.streams[a.Stream]; st != nil {
+				g.pumpUp(st, now)
+			}
+			return
+		}
+		for _, st := range u.streams {
+			if len(st.toUp) > 0 || st.toUpEnd && !st.upEndSent {
+				g.pumpUp(st, now)
+			}
+		}
+	case PeerGoAway:
+		u.retiring = true
+	case CloseConn:
+		u.retiring = true
+	}
+}
+
+// parseStatus reads a final response's :status (200 to 999).
+func parseStatus(v string) (int, bool) {
+	if len(v) != 3 {
+		return 0, false
+	}
+	n := 0
+	for i := range 3 {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(v[i]-'0')
+	}
+	return n, n >= 200
+}
+
+// errBadResponse is a response head without a valid :status.
+var errBadResponse = errors.New("h2relay: the app's response has no valid :status")
+
+// openUp opens st upstream on a pooled connection, or waits for one (a
+// dial is started if the pool may grow).
+func (g *group) openUp(st *Stream, now time.Time) {
+	if st.phase != phaseHeld || st.done {
+		return
+	}
+	end := st.reqEnded && len(st.toUp) == 0 && st.toUpTrailers == nil
+	for _, u := range g.ups {
+		if u.retiring {
+			continue
+		}
+		id, err := u.c.Open(now, st.Head, end)
+		if err != nil {
+			continue
+		}
+		g.mark(&u.side)
+		st.up, st.upID, st.phase, st.upEndSent = u, id, phaseUpstream, end
+		u.streams[id] = st
+		g.unpend(st)
+		g.pumpUp(st, now)
+		return
+	}
+	if !st.inPend {
+		st.inPend = true
+		g.pending = append(g.pending, st)
+	}
+	g.maybeDial()
+}
+
+// unpend takes st out of the pending list.
+func (g *group) unpend(st *Stream) {
+	if !st.inPend {
+		return
+	}
+	st.inPend = false
+	for i, p := range g.pending {
+		if p == st {
+			g.pending = append(g.pending[:i], g.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// retryPending tries the pending streams again (a stream or connection
+// left an upstream).
+func (g *group) retryPending(now time.Time) {
+	if len(g.pending) == 0 {
+		return
+	}
+	p := append([]*Stream(nil), g.pending...)
+	for _, st := range p {
+		g.openUp(st, now)
+	}
+}
+
+// maybeDial starts a dial if streams wait and the pool may grow.
+func (g *group) maybeDial() {
+	if g.dialing || g.closed || len(g.ups) >= g.r.cfg.MaxUpstreams {
+		return
+	}
+	g.dialing = true
+	go g.dialUp()
+}
+
+// dialUp makes an upstream connection; its goroutine then reads it.
+func (g *group) dialUp() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	nc, err := g.r.cfg.Dial(ctx)
+	cancel()
+	now := g.lock()
+	g.dialing = false
+	if err == nil && g.closed {
+		nc.Close()
+		g.endTurn(now)
+		return
+	}
+	if err != nil {
+		p := g.pending
+		g.pending = nil
+		derr := &DialError{Err: err}
+		for _, st := range p {
+			st.inPend = false
+			if st.done || st.phase != phaseHeld {
+				continue
+			}
+			st.phase = phaseAnswered
+			g.mark(&st.sess.down)
+			g.dropToUp(st, now)
+			g.h.Failed(st, derr)
+			if !st.respStarted {
+				st.sess.down.c.Reset(now, st.id, http2.ErrCodeRefusedStream)
+			}
+			g.touch(st)
+		}
+		g.endTurn(now)
+		return
+	}
+	u, err := g.newUpstream(nc, now)
+	if err != nil {
+		nc.Close()
+		g.endTurn(now)
+		return
+	}
+	g.ups = append(g.ups, u)
+	g.mark(&u.side)
+	g.retryPending(now)
+	g.endTurn(now)
+	g.readUp(u)
+}
+
+func (g *group) newUpstream(nc net.Conn, now time.Time) (*upstream, error) {
+	c, err := NewConn(g.r.cfg.Up, now)
+	if err != nil {
+		return nil, err
+	}
+	w, err := NewWriter(16 << 10)
+	if err != nil {
+		return nil, err
+	}
+	w.WriteRaw([]byte(http2.ClientPreface))
+	u := &upstream{side: side{nc: nc, rw: rawio.New(nc), c: c, w: w}, streams: map[uint32]*Stream{}}
+	u.up = u
+	return u, nil
+}
+
+// retire drains the group's upstream connections (the relay drains and
+// its last connection ended): each closes after its last stream.
+func (g *group) retire(now time.Time) {
+	for _, u := range g.ups {
+		u.retiring = true
+		g.mark(&u.side)
+		u.c.Drain(now)
+	}
+}
