@@ -302,3 +302,42 @@ func TestRelayForwardedHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A drain sends GOAWAY on the relay's connections: a stream in flight
+// finishes (its client released after the GOAWAY), nothing is abandoned,
+// and Serve returns once it has.
+func TestRelayDrainFinishesStreams(t *testing.T) {
+	t.Parallel()
+	port, _ := startGRPCApp(t)
+	r := startSidecar(t, grpcConfig(port), sidecar.Options{})
+	r.waitReady(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := grpcapp.Dial(t, strings.TrimPrefix(r.url, "http://"), "")
+	release, err := grpcapp.HoldStreams(ctx, c, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { r.stop(); close(stopped) }()
+	// Past the drain grace (200 ms): the listener is closed and the
+	// connection has its GOAWAY.
+	time.Sleep(time.Second)
+	select {
+	case <-stopped:
+		t.Fatal("the sidecar stopped with streams in flight")
+	default:
+	}
+	if err := release(); err != nil {
+		t.Fatalf("held streams after the GOAWAY: %v", err)
+	}
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		t.Fatal("the sidecar did not stop once its streams ended")
+	}
+	rep, ok := r.sc.LastDrain()
+	if !ok || rep.Abandoned != 0 || rep.InFlightAtStart != 3 {
+		t.Errorf("drain report %+v (%v): want 3 in flight at the start, none abandoned", rep, ok)
+	}
+}
