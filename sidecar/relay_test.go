@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -340,4 +341,51 @@ func TestRelayDrainFinishesStreams(t *testing.T) {
 	if !ok || rep.Abandoned != 0 || rep.InFlightAtStart != 3 {
 		t.Errorf("drain report %+v (%v): want 3 in flight at the start, none abandoned", rep, ok)
 	}
+}
+
+// The app dies and comes back on its port: calls in flight end (the
+// connection was lost), a call while it is down is answered 502 with the
+// not-served header (nothing reached an app), and once it is back the
+// pool dials it again and calls pass.
+func TestRelayAppRestarts(t *testing.T) {
+	t.Parallel()
+	port := testbin.FreePort(t)
+	start := func() *testbin.Proc {
+		p := testbin.Start(t, testbin.Program(t, grpcapp.Command), nil, map[string]string{
+			grpcapp.EnvPort: strconv.Itoa(port), grpcapp.EnvName: "hello-00001",
+		})
+		p.WaitPort(t, port, time.Minute)
+		return p
+	}
+	app := start()
+	cfg := grpcConfig(port)
+	cfg.Readiness = nil
+	r := startSidecar(t, cfg, sidecar.Options{})
+	r.waitReady(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := grpcapp.Dial(t, strings.TrimPrefix(r.url, "http://"), "")
+	if _, err := c.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.UnaryCall(metadata.AppendToOutgoingContext(ctx, grpcapp.MDSleep, "1h"), &testpb.SimpleRequest{})
+		held <- err
+	}()
+	waitUntil(t, "the held call is in flight", func() bool { return r.stats(t).InFlight == 1 })
+	app.Stop(t)
+	if err := <-held; status.Code(err) == codes.OK {
+		t.Fatal("a call in flight when the app died succeeded")
+	}
+	_, err := c.EmptyCall(ctx, &testpb.Empty{})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "502") {
+		t.Errorf("call while the app is down: %v, want Unavailable from a 502", err)
+	}
+	start()
+	testbin.Eventually(t, time.Minute, 50*time.Millisecond, "calls pass again", func() (bool, string) {
+		_, err := c.EmptyCall(ctx, &testpb.Empty{})
+		return err == nil, fmt.Sprint(err)
+	})
+	waitUntil(t, "every call ended at the sidecar", func() bool { return r.stats(t).InFlight == 0 })
 }
