@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/nomad-serverless
 PKGS     = $(shell $(GO) list ./... | grep -v /e2e)
 
-.PHONY: build test rules e2e e2e-scale e2e-rehearsal bench bench-scale bench-sidecar bench-gateway bench-grpc bench-tls lint demo fuzz fuzz-http clean
+.PHONY: build test rules e2e e2e-scale soak e2e-rehearsal bench bench-scale bench-sidecar bench-gateway bench-grpc bench-tls lint demo fuzz fuzz-http clean
 
 # CGO_ENABLED=0: a static binary, as the Dockerfile builds and ships. It
 # also maps no libc or dynamic loader, which is 1.2 MiB of every sidecar's
@@ -54,11 +54,26 @@ rules:
 e2e: build
 	$(GO) test -count=1 -v -timeout 30m ./e2e/ -args -require
 
-# Scenario 21 alone: one serve over 1,000 revisions at zero on real agents
-# (deploy throughput, serve's idle RSS, CPU and Consul connections, a cold
-# start among them).
+# Scenario 21 alone: 3 serve replicas over REVISIONS revisions at zero on
+# real agents (deploy throughput, the replicas' and agents' RSS, CPU and
+# connections at idle, rebuild and tick times, list, status, wakes, leader
+# failover, delete of all). Issue 45's run: make e2e-scale REVISIONS=10000.
+REVISIONS ?= 1000
 e2e-scale: build
-	$(GO) test -count=1 -v -timeout 30m ./e2e/ -run TestE2E21 -args -require -revisions 1000
+	$(GO) test -count=1 -v -timeout 150m ./e2e/ -run TestE2E21 -args -require -revisions $(REVISIONS) -replicas 3
+
+# Scenario 32 alone: the soak of issue 45 on real agents (a cluster of its
+# own: a Nomad server, one node with its Consul agent, 4 serve replicas):
+# 50 services with traffic (20 of them waking from zero again and again), a
+# deploy a minute (good and bad in turn), a split change every 3 minutes, a
+# replica kill -9 every 10 minutes (one for good), a Nomad client and a
+# Consul agent restart. It prints a table (requests, failures by cause,
+# slopes per replica) and writes it with a plot to SOAK_OUT. Not in CI:
+# SOAK_DURATION=8m tries every fault once.
+SOAK_DURATION ?= 60m
+SOAK_OUT      ?= /tmp/nomad-serverless-soak
+soak: build
+	$(GO) test -count=1 -v -timeout 0 ./e2e/ -run TestE2E32 -args -require -soak-duration $(SOAK_DURATION) -soak-out $(SOAK_OUT)
 
 # The e2e scenarios against test/fakecluster (a stand-in for Nomad and
 # Consul that runs the allocations as real processes), for machines without

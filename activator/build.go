@@ -19,6 +19,8 @@ func (g *Gateway) rebuild() {
 	g.buildMu.Lock()
 	defer g.buildMu.Unlock()
 	g.metrics.rebuilds.Inc()
+	start := time.Now()
+	defer func() { g.metrics.rebuildTime.Observe(time.Since(start).Seconds()) }()
 
 	probed := g.prober.successes()
 	revs := g.cat.Revisions()
@@ -63,22 +65,16 @@ func (g *Gateway) rebuild() {
 		if *r.cfg.Load() != cfg {
 			r.cfg.Store(&cfg)
 		}
-		allocs := g.cat.Allocations(cr.Name)
+		allocs, eps := g.updateInstances(r, probed, cfg.concurrency)
 		for _, a := range allocs {
-			known[probeKey{hostPort(a.Address, a.Port), a.ID}] = true
+			known[probeKey{HostPort: hostPort(a.Address, a.Port), Alloc: a.ID}] = true
 		}
-		ready := g.cat.Ready(cr.Name)
-		eps := r.tracker.update(allocs, ready, probed)
-		if g.wakes.active.Load() > 0 {
-			g.wakes.consulPassing(cr.Name, passingAllocs(allocs, ready))
-		}
-		g.installPool(r, eps, cfg.concurrency)
 		if len(r.pool.Load().backends) > 0 {
 			t.withInstances = append(t.withInstances, r)
 		}
 		for _, e := range eps {
 			if e.NeedsProbe {
-				want[probeKey{e.HostPort, e.Alloc}] = cr.Name
+				want[probeKey{e.HostPort, e.Alloc, e.Gen}] = cr.Name
 			}
 		}
 		t.revisions[cr.Name] = r
@@ -157,6 +153,38 @@ func (g *Gateway) rebuild() {
 	g.counters = counters
 	g.table.Store(t)
 	g.prober.sync(want, known)
+}
+
+// refreshRevision brings one revision's instances up to date with the
+// catalog and the probes, without building a new table: the pool it
+// installs is what requests of that revision read, so a wake's held
+// requests go to an instance whose probe just passed at the cost of one
+// revision, not of the whole catalog. The table's lists (revisions with
+// instances) and the probes wanted follow at the next whole rebuild,
+// which the caller asks for.
+func (g *Gateway) refreshRevision(name string) {
+	g.buildMu.Lock()
+	defer g.buildMu.Unlock()
+	r := g.revs[name]
+	if t := g.table.Load(); r == nil || t == nil || t.revisions[name] != r {
+		return // not in the table yet, or gone: the whole rebuild decides
+	}
+	g.updateInstances(r, g.prober.successes(), r.cfg.Load().concurrency)
+}
+
+// updateInstances reads a revision's allocations and passing instances from
+// the catalog, folds them with the probes' successes into its endpoints and
+// installs the routable ones as its pool: the one step a whole rebuild takes
+// per revision and refreshRevision takes alone. Call it under buildMu.
+func (g *Gateway) updateInstances(r *revision, probed map[probeKey]bool, concurrency int) ([]catalog.Allocation, []endpoint) {
+	allocs := g.cat.Allocations(r.name)
+	ready := g.cat.Ready(r.name)
+	eps := r.tracker.update(allocs, ready, probed)
+	if g.wakes.active.Load() > 0 {
+		g.wakes.consulPassing(r.name, passingAllocs(allocs, ready))
+	}
+	g.installPool(r, eps, concurrency)
+	return allocs, eps
 }
 
 // passingAllocs are the allocations Consul lists passing (the two meet on

@@ -24,7 +24,16 @@ import (
 // stop or gone (or
 // forgets it: Nomad knows before Consul's deregistration lands), or when
 // Consul drops it after having listed it (a failing check is not overridden
-// by an older probe). The two sources meet on address:port.
+// by an older probe). A running allocation that Consul dropped is probed
+// again, with a probe of its own (a new generation of its probe key): when
+// Consul lost it without its check failing (its node's Consul agent
+// restarted: the agent leaves the cluster, which deregisters every
+// instance on the node, and comes back with its checks critical until
+// they run) the probe finds it ready within a round trip, where waiting
+// for Consul held every request of every revision on the node for
+// seconds (the soak, issue 45); when its check did fail, the probe fails
+// too (it is the same question, asked of the same sidecar). The two
+// sources meet on address:port.
 //
 // It is pure state: the caller feeds it snapshots and probe results and uses
 // what update returns. It is not safe for concurrent use (one table builder
@@ -38,9 +47,11 @@ type endpointTracker struct {
 type endpointMemory struct {
 	alloc   string // allocation last seen at this address ("" = only Consul knows it)
 	listed  bool   // Consul lists it now
-	dropped bool   // Consul listed it, then stopped listing it
 	probed  bool   // our probe of the current allocation succeeded
 	stopped bool   // Nomad said the allocation is not running, or forgot it
+	// drops counts Consul's drops of this allocation: the generation of
+	// its probe key, so only a probe sent after the last drop counts.
+	drops int
 }
 
 // endpoint is one address of a revision after an update.
@@ -49,9 +60,11 @@ type endpoint struct {
 	Alloc     string // "" when only Consul knows it
 	AdminPort int
 	Routable  bool
-	// NeedsProbe is true for a Running or Starting allocation that is not routable yet
-	// and that Consul has not dropped: the activator probes it directly.
+	// NeedsProbe is true for a Running or Starting allocation that is not
+	// routable yet: the activator probes it directly, with the key's
+	// generation Gen (how often Consul dropped it).
 	NeedsProbe bool
+	Gen        int
 }
 
 func newEndpointTracker() *endpointTracker {
@@ -59,10 +72,13 @@ func newEndpointTracker() *endpointTracker {
 }
 
 // probeKey identifies a probe result: an address and the allocation probed
-// there, so a result never applies to a later allocation at the same port.
+// there, so a result never applies to a later allocation at the same port,
+// and the generation (endpointMemory.drops), so a result from before Consul
+// dropped the allocation never applies after.
 type probeKey struct {
 	HostPort string
 	Alloc    string
+	Gen      int
 }
 
 // live reports whether Nomad runs the allocation or is starting it.
@@ -139,11 +155,12 @@ func (t *endpointTracker) update(allocs []catalog.Allocation, ready []consulrout
 		}
 		switch {
 		case inReady:
-			m.listed, m.dropped = true, false
+			m.listed = true
 		case m.listed:
-			m.listed, m.dropped, m.probed = false, true, false
+			m.listed, m.probed = false, false
+			m.drops++
 		}
-		if !m.dropped && !m.stopped && m.alloc != "" && probed[probeKey{hp, m.alloc}] {
+		if !m.stopped && m.alloc != "" && probed[probeKey{hp, m.alloc, m.drops}] {
 			m.probed = true
 		}
 		// A starting allocation (placed, not yet reported running) is
@@ -155,7 +172,8 @@ func (t *endpointTracker) update(allocs []catalog.Allocation, ready []consulrout
 			HostPort:   hp,
 			Alloc:      m.alloc,
 			Routable:   !m.stopped && (inReady || (m.probed && running)),
-			NeedsProbe: running && !m.stopped && !inReady && !m.probed && !m.dropped,
+			NeedsProbe: running && !m.stopped && !inReady && !m.probed,
+			Gen:        m.drops,
 		}
 		switch {
 		case inReady && in.AdminPort != 0:

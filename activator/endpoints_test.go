@@ -35,7 +35,8 @@ type step struct {
 
 func TestEndpointTrackerRule(t *testing.T) {
 	const hp = "10.0.0.1:1000"
-	ok := func(a string) map[probeKey]bool { return map[probeKey]bool{{hp, a}: true} }
+	ok := func(a string) map[probeKey]bool { return map[probeKey]bool{{hp, a, 0}: true} }
+	okGen := func(a string, gen int) map[probeKey]bool { return map[probeKey]bool{{hp, a, gen}: true} }
 	cases := []struct {
 		name  string
 		steps []step
@@ -61,12 +62,28 @@ func TestEndpointTrackerRule(t *testing.T) {
 			{name: "listed", allocs: []catalog.Allocation{alloc("a", 1000, true)}, ready: []consulroute.Instance{ready(1000)}, routable: true},
 			{name: "gone from nomad", ready: []consulroute.Instance{ready(1000)}},
 		}},
-		{"consul dropping a listed instance overrides an old probe success", []step{
+		{"consul dropping a listed instance overrides an old probe success; a new probe is sent", []step{
 			{name: "probed", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: ok("a"), routable: true},
 			{name: "listed", allocs: []catalog.Allocation{alloc("a", 1000, true)}, ready: []consulroute.Instance{ready(1000)}, probed: ok("a"), routable: true},
-			{name: "check fails", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: ok("a")},
-			{name: "still failing, not re-probed", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: ok("a")},
+			{name: "check fails", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: ok("a"), probe: true},
+			{name: "still failing: the old success does not count", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: ok("a"), probe: true},
 			{name: "check passes again", allocs: []catalog.Allocation{alloc("a", 1000, true)}, ready: []consulroute.Instance{ready(1000)}, routable: true},
+		}},
+		// Issue 45's soak: a Consul agent restart (a leave, then the agent
+		// back with its checks critical until they run) dropped every
+		// instance on its node, and the gateways held every request for
+		// seconds; a probe after the drop makes them routable again at once.
+		{"consul dropping a running instance without its check failing: a new probe routes it again", []step{
+			{name: "listed", allocs: []catalog.Allocation{alloc("a", 1000, true)}, ready: []consulroute.Instance{ready(1000)}, routable: true},
+			{name: "dropped (the agent left)", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probe: true},
+			{name: "the new probe answers ready", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: okGen("a", 1), routable: true},
+			{name: "listed again", allocs: []catalog.Allocation{alloc("a", 1000, true)}, ready: []consulroute.Instance{ready(1000)}, probed: okGen("a", 1), routable: true},
+			{name: "dropped again: the first re-probe does not count", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: okGen("a", 1), probe: true},
+			{name: "its own probe does", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: okGen("a", 2), routable: true},
+		}},
+		{"consul dropping an instance nomad stops: no probe", []step{
+			{name: "listed", allocs: []catalog.Allocation{alloc("a", 1000, true)}, ready: []consulroute.Instance{ready(1000)}, routable: true},
+			{name: "stopped and dropped", allocs: []catalog.Allocation{alloc("a", 1000, false)}},
 		}},
 		{"a probe result never applies to a later allocation on the same port", []step{
 			{name: "a probed", allocs: []catalog.Allocation{alloc("a", 1000, true)}, probed: ok("a"), routable: true},
@@ -128,7 +145,7 @@ func TestEndpointTrackerKeepsOtherAddressesApart(t *testing.T) {
 	eps := tr.update(
 		[]catalog.Allocation{alloc("a", 1000, true), alloc("b", 2000, true)},
 		[]consulroute.Instance{ready(2000), ready(3000)},
-		map[probeKey]bool{{"10.0.0.1:1000", "a"}: true},
+		map[probeKey]bool{{"10.0.0.1:1000", "a", 0}: true},
 	)
 	want := map[string]bool{"10.0.0.1:1000": true, "10.0.0.1:2000": true, "10.0.0.1:3000": true}
 	if len(eps) != len(want) {

@@ -35,6 +35,7 @@ type metrics struct {
 	redirects      prometheus.Counter
 	panics         prometheus.Counter
 	rebuilds       prometheus.Counter
+	rebuildTime    prometheus.Histogram
 	reports        *prometheus.CounterVec
 	wakeSteps      *prometheus.HistogramVec
 }
@@ -120,6 +121,13 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Namespace: gwNS, Name: "routing_table_rebuilds_total",
 			Help: "Routing tables built from the catalog.",
 		}),
+		// How a rebuild's cost grows with the revision count (issue 45):
+		// the scale run reads it.
+		rebuildTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: gwNS, Name: "routing_table_rebuild_seconds",
+			Help:    "Time to build one routing table from the catalog.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: actNS, Name: "demand_reports_total",
 			Help: "Demand reports sent to the autoscaler, by result (ok, error).",
@@ -134,7 +142,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.duration, m.retries, m.notRetried, m.ejections, m.rejected, m.queueWait, m.wakes,
-		m.probes, m.probeReady, m.unknownHost, m.loadingRefused, m.redirects, m.panics, m.rebuilds, m.reports, m.wakeSteps,
+		m.probes, m.probeReady, m.unknownHost, m.loadingRefused, m.redirects, m.panics, m.rebuilds, m.rebuildTime, m.reports, m.wakeSteps,
 		&stateCollector{g: g},
 	} {
 		if err := reg.Register(c); err != nil {
@@ -195,7 +203,8 @@ func codeIndex(status int) int {
 }
 
 // stateCollector reports the per-revision gauges straight from the current
-// table's atomics at scrape time, so requests never update a gauge.
+// table's atomics at scrape time, so requests never update a gauge. A
+// revision at rest (no instance, nothing queued or in flight) has none.
 type stateCollector struct{ g *Gateway }
 
 var (
@@ -223,12 +232,20 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, r := range t.revisions {
 		p := r.pool.Load()
+		queued, inflight := max(r.queued.Load(), 0), r.inflight.Load()
+		if queued == 0 && inflight == 0 && len(p.backends) == 0 {
+			// At rest at zero: four series that say nothing. At 10,000
+			// revisions they were 40,000 series per replica on every
+			// scrape (issue 45); the autoscaler's count series says a
+			// revision is at zero.
+			continue
+		}
 		inPath := 0.0
 		if r.inPath(p) {
 			inPath = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(max(r.queued.Load(), 0)), r.service, r.name)
-		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(r.inflight.Load()), r.service, r.name)
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(queued), r.service, r.name)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(inflight), r.service, r.name)
 		ch <- prometheus.MustNewConstMetric(descInPath, prometheus.GaugeValue, inPath, r.service, r.name)
 		ch <- prometheus.MustNewConstMetric(descRoutable, prometheus.GaugeValue, float64(len(p.backends)), r.service, r.name)
 	}

@@ -92,7 +92,8 @@ func (p *prober) sync(want map[probeKey]string, known map[probeKey]bool) {
 		}
 	}
 	for k := range p.results {
-		if !known[k] {
+		// known names allocations, whatever the generation.
+		if !known[probeKey{HostPort: k.HostPort, Alloc: k.Alloc}] {
 			delete(p.results, k)
 		}
 	}

@@ -267,7 +267,9 @@ func TestRemoteSinkRunPollsUntilCancelled(t *testing.T) {
 		json.NewEncoder(w).Encode(BurstCapacities{Revisions: map[string]float64{"hello-00001": 5}})
 	}))
 	t.Cleanup(srv.Close)
-	rs, err := NewRemoteSink(RemoteSinkConfig{Leader: func() (string, bool) { return srv.URL, true }, Poll: 10 * time.Millisecond})
+	// Stale generous: with 3 polls (30 ms) a loaded machine saw the
+	// snapshot expire between the third poll and the read below.
+	rs, err := NewRemoteSink(RemoteSinkConfig{Leader: func() (string, bool) { return srv.URL, true }, Poll: 10 * time.Millisecond, Stale: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

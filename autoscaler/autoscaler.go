@@ -121,6 +121,10 @@ type Autoscaler struct {
 	// with the trace of the request that woke it (invalid: none traced).
 	wakes map[string]trace.SpanContext
 	kick  chan struct{} // capacity 1: wakes coalesce
+
+	// tickTime observes each periodic tick over every revision: how its
+	// cost grows with the revision count (issue 45).
+	tickTime prometheus.Histogram
 }
 
 type replicaReport struct {
@@ -185,10 +189,17 @@ func New(cfg Config) (*Autoscaler, error) {
 		measured: map[string]canary.Measurement{},
 		wakes:    map[string]trace.SpanContext{},
 		kick:     make(chan struct{}, 1),
+		tickTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "nomad_serverless_autoscaler_tick_seconds",
+			Help:    "Time of one periodic tick, which decides every revision (on the leader).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(newMetricsCollector(a)); err != nil {
-			return nil, fmt.Errorf("autoscaler: register metrics: %w", err)
+		for _, c := range []prometheus.Collector{newMetricsCollector(a), a.tickTime} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("autoscaler: register metrics: %w", err)
+			}
 		}
 	}
 	return a, nil
@@ -221,18 +232,25 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 	a.log.Info("autoscaler started", "tick", a.cfg.Tick)
 	ticker := time.NewTicker(a.cfg.Tick)
 	defer ticker.Stop()
-	l.tickAll(ctx)
+	a.timedTick(ctx, l)
 	for {
 		select {
 		case <-ctx.Done():
 			a.log.Info("autoscaler stopped")
 			return nil
 		case <-ticker.C:
-			l.tickAll(ctx)
+			a.timedTick(ctx, l)
 		case <-a.kick:
 			l.tickWoken(ctx)
 		}
 	}
+}
+
+// timedTick runs a periodic tick and observes its time.
+func (a *Autoscaler) timedTick(ctx context.Context, l *loop) {
+	start := time.Now()
+	l.tickAll(ctx)
+	a.tickTime.Observe(time.Since(start).Seconds())
 }
 
 // ReportDemand implements DemandSink: it replaces replica's report.

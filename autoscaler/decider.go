@@ -234,6 +234,18 @@ func (d *Decider) Decide(in Inputs, now time.Time) Decision {
 		desired, rule = s.Initial, RuleInitial
 	}
 
+	if in.Count == 0 && in.Queued == 0 && in.InFlight == 0 {
+		// At zero only requests wake a revision: every request to it is
+		// held by an activator (Queued) until it has an instance. What the
+		// windows still hold of the traffic it served before it went to
+		// zero, or of requests whose clients gave up while held, is no
+		// reason to start one: a small average left in the window (0.04
+		// rounds up to an instance) brought revisions back from zero
+		// seconds after they got there during a burst of 100 wakes
+		// (issue 45), and a count an operator set to zero must stay there.
+		desired = 0
+	}
+
 	zeroPending := false
 	if desired == 0 && s.Min == 0 {
 		switch {

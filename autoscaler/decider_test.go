@@ -228,6 +228,38 @@ func TestDecider(t *testing.T) {
 			},
 		},
 		{
+			name:    "zero: what the windows still hold of earlier traffic does not wake a revision at zero",
+			scaling: func(s *spec.Scaling) { s.ScaleToZeroGrace = 0 },
+			steps: []step{
+				// Idle and in the path: to zero.
+				{at: 0, in: Inputs{Count: 1, Ready: 1, Observed: seen(0, 0), ActivatorInPath: true}, want: 0, rule: RuleZero},
+				// At zero, a late sample leaves 0.04 in the stable window
+				// and 0.4 in the panic window, nothing held: stays.
+				{at: sec(2), in: Inputs{Count: 0, Observed: seen(0.04, 0.4), ActivatorInPath: true}, want: 0, rule: RuleZero},
+				{at: sec(4), in: Inputs{Count: 0, Observed: seen(5, 5), ActivatorInPath: true}, want: 0, rule: RuleZero},
+				// A held request wakes it.
+				{at: sec(6), in: Inputs{Count: 0, Queued: 1, Observed: seen(0.04, 0.4), ActivatorInPath: true}, want: 1, rule: RuleWake},
+			},
+		},
+		{
+			name:    "zero: a count taken to zero from outside stays there while a scale-down delay holds",
+			scaling: func(s *spec.Scaling) { s.ScaleDownDelay = time.Minute; s.ScaleToZeroGrace = 0 },
+			steps: []step{
+				// A fresh decider holds what it finds (panic mode).
+				{at: 0, in: running(2, seen(20, 20)), want: 2, rule: RulePanic},
+				// An operator scaled it to zero; panic and the delay would
+				// hold 2.
+				{at: sec(2), in: Inputs{Count: 0, Observed: seen(10, 10), ActivatorInPath: true}, want: 0, rule: RuleZero},
+			},
+		},
+		{
+			name:    "zero: min still holds at zero",
+			scaling: func(s *spec.Scaling) { s.Min = 1 },
+			steps: []step{
+				{at: 0, in: Inputs{Count: 0, Observed: seen(0.04, 0.04), ActivatorInPath: true}, want: 1, rule: RuleMin},
+			},
+		},
+		{
 			name:    "scale down delay: the count drops only after demand stayed low for that long",
 			scaling: func(s *spec.Scaling) { s.ScaleDownDelay = 30 * time.Second; s.MaxScaleDownRate = 100 },
 			steps: []step{

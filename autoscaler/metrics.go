@@ -86,9 +86,17 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		c := func(desc *prometheus.Desc, v uint64) {
 			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), svc, rev)
 		}
+		g(m.count, float64(d.Count))
+		if atRest(d) {
+			// A revision at rest at zero has only its count, which the
+			// at-zero recording rule reads: its other ten series say
+			// nothing (all zero, or the target), and at 10,000
+			// revisions they were 100,000 series, 465 ms of the
+			// leader's CPU per scrape (BenchmarkScaleScrape, issue 45).
+			continue
+		}
 		g(m.desired, float64(d.Desired))
 		g(m.actual, float64(d.Ready))
-		g(m.count, float64(d.Count))
 		switch d.Metric {
 		case spec.MetricRPS:
 			g(m.stableRPS, d.Stable)
@@ -114,4 +122,11 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		c(m.scaleFails, fails)
 		c(m.scrapeFails, scrapes)
 	}
+}
+
+// atRest reports whether a decision is that of a revision at rest at zero:
+// nothing running, wanted, held or measured.
+func atRest(d Decision) bool {
+	return d.Count == 0 && d.Desired == 0 && d.Ready == 0 && d.Queued == 0 &&
+		d.Stable == 0 && d.Panic == 0 && !d.PanicMode
 }

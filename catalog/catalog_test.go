@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
+	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
 // changed reports whether ch is closed. Setters close it before they
@@ -46,11 +47,19 @@ func TestNoChangeNoNotification(t *testing.T) {
 	c := New()
 	a := Allocation{ID: "a1", Revision: "r", Running: true}
 	inst := []consulroute.Instance{{ID: "i1", Revision: "r"}}
+	// A revision and a service set again as they are (issue 45: the
+	// records feed sets every service on each change of any).
+	rev := Revision{Name: "r", Service: "s", Scaling: spec.Scaling{Min: 1, Max: 3}}
+	svc := Service{Name: "s", Domains: []string{"a.example"}, Route: consulroute.Route{Splits: []consulroute.Split{{Revision: "r", Percent: 100}}}}
 	c.SetAllocation(a)
 	c.SetReady("r", inst)
+	c.SetRevision(rev)
+	c.SetService(svc)
 	ch := c.Changed()
 	c.SetAllocation(a)
 	c.SetReady("r", inst)
+	c.SetRevision(rev)
+	c.SetService(Service{Name: "s", Domains: []string{"a.example"}, Route: consulroute.Route{Splits: []consulroute.Split{{Revision: "r", Percent: 100}}}})
 	c.DeleteAllocation("nope")
 	if changed(ch) {
 		t.Fatal("Changed fired although nothing changed")

@@ -1,9 +1,11 @@
 package consulroute
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 )
 
@@ -74,13 +76,15 @@ func TestRegisterActivatorValidates(t *testing.T) {
 	}
 }
 
+// A stand-in is a catalog registration on a node of the replica's own,
+// with a check that passes from the start; deregistering it names the node
+// and the service, and Consul answers true for an absent one as well
+// (Consul 1.22.7's answers, checked against a dev agent).
 func TestStandInRegistersTaggedActivatorAndDeregisters(t *testing.T) {
-	register := fx(t, "026-agent-service-register-activator.json")
-	register.Name = "stand-in registration (answer of 026)"
-	register.Request.Query.Set("replace-existing-checks", "true")
-	deregister := synthetic("deregister stand-in", "PUT", "/v1/agent/service/deregister/hello-00001-activator-r1", nil, 200, "", nil)
-	unknown := synthetic("deregister again", "PUT", "/v1/agent/service/deregister/hello-00001-activator-r1", nil, 404, "", `Unknown service ID "hello-00001-activator-r1". Ensure that the service ID is passed, not the service name.`)
-	c, replay := replayClient(t, register, deregister, unknown)
+	register := synthetic("catalog register stand-in", "PUT", "/v1/catalog/register", nil, 200, "", true)
+	deregister := synthetic("catalog deregister stand-in", "PUT", "/v1/catalog/deregister", nil, 200, "", true)
+	again := synthetic("catalog deregister again", "PUT", "/v1/catalog/deregister", nil, 200, "", true)
+	c, replay := replayClient(t, register, deregister, again)
 	ctx := ctxTimeout(t, 5*time.Second)
 
 	if err := c.RegisterStandIn(ctx, "hello-00001", "hello", "127.0.0.1", 8080); err != nil {
@@ -92,15 +96,32 @@ func TestStandInRegistersTaggedActivatorAndDeregisters(t *testing.T) {
 	if err := c.DeregisterStandIn(ctx, "hello-00001"); err != nil {
 		t.Errorf("deregistering an absent stand-in: %v, want nil", err)
 	}
+	node := c.StandInNode("hello-00001")
+	if !strings.HasPrefix(node, "nomad-serverless-stand-ins-r1-") {
+		t.Fatalf("StandInNode = %q, want one of r1's", node)
+	}
 	got := replay.Received()
-	assertSent(t, got[0], register, map[string]any{
-		"ID": "hello-00001-activator-r1", "Name": "hello-00001",
-		"Tags": []string{"serverless", "service=hello", "activator"},
-		"Port": 8080, "Address": "127.0.0.1",
-		"Meta":  map[string]string{"service": "hello", "revision": "hello-00001", "replica": "r1"},
-		"Check": map[string]any{"Name": "activator reachable", "AliasService": "nomad-serverless-activator-r1", "Status": "passing", "DeregisterCriticalServiceAfter": "1m"},
+	// Passing from the start, never run by anybody: Fabio routes only to
+	// instances with a passing check of their own (issue 45: an alias
+	// check on the agent cost it a copy of every check it holds).
+	assertSent(t, got[0], register, api.CatalogRegistration{
+		Node: node, Address: "127.0.0.1",
+		NodeMeta:       map[string]string{"nomad-serverless-stand-ins": "true", "replica": "r1"},
+		SkipNodeUpdate: true,
+		Service: &api.AgentService{
+			ID: "hello-00001-activator-r1", Service: "hello-00001",
+			Tags: []string{"serverless", "service=hello", "activator"},
+			Port: 8080, Address: "127.0.0.1",
+			Meta: map[string]string{"service": "hello", "revision": "hello-00001", "replica": "r1"},
+		},
+		Check: &api.AgentCheck{
+			Node: node, CheckID: "nomad-serverless-stand-in:hello-00001-activator-r1",
+			Name: "nomad-serverless activator stand-in", Status: "passing",
+			Output:    "the activator of control-plane replica r1 takes this revision's requests while it has no ready instance",
+			ServiceID: "hello-00001-activator-r1", ServiceName: "hello-00001",
+		},
 	})
-	assertSent(t, got[1], deregister)
+	assertSent(t, got[1], deregister, map[string]any{"Node": node, "ServiceID": "hello-00001-activator-r1"})
 
 	if err := c.RegisterStandIn(ctx, "hello-00001", "other", "127.0.0.1", 8080); err == nil {
 		t.Error("RegisterStandIn accepted a revision of another service")

@@ -31,6 +31,7 @@ func TestLive(t *testing.T) {
 	t.Run("PublishChainIdempotentDelete", livePublishChainIdempotentDelete)
 	t.Run("ConsulRefusalIsExplained", liveConsulRefusalIsExplained)
 	t.Run("WatchReadyIgnoresStandIn", liveWatchPassingIgnoresStandIn)
+	t.Run("StandInsOnCatalogNodes", liveStandInsOnCatalogNodes)
 	t.Run("LockTakeover", liveLockTakeover)
 	t.Run("LockBoundToCheck", func(t *testing.T) {
 		// Consul runs checks at most once a second.
@@ -193,8 +194,7 @@ func liveWatchPassingIgnoresStandIn(t *testing.T) {
 	for {
 		select {
 		case p := <-seen:
-			// The stand-in passes (alias of nothing, or of this replica);
-			// either way it must never be listed.
+			// The stand-in passes; it must never be listed.
 			if slices.Contains(p[rev], c.StandInID(rev)) {
 				t.Fatalf("stand-in listed: %+v", p[rev])
 			}
@@ -204,6 +204,61 @@ func liveWatchPassingIgnoresStandIn(t *testing.T) {
 		case <-deadline:
 			t.Fatal("the passing instance never showed up")
 		}
+	}
+}
+
+// Stand-ins on catalog nodes without an agent: they pass in Consul's
+// health answers (no serfHealth on their node), each replica lists its own
+// back, and removing a replica's nodes removes its stand-ins; absent
+// stand-ins and nodes are not errors.
+func liveStandInsOnCatalogNodes(t *testing.T) {
+	name := liveName(t)
+	rev := spec.RevisionName(name, 1)
+	a, b := liveClient(t, WithReplica(name+"-a")), liveClient(t, WithReplica(name+"-b"))
+	ctx := ctxTimeout(t, 30*time.Second)
+	t.Cleanup(func() {
+		_, _ = a.RemoveStandInsOf(context.Background(), name+"-a")
+		_, _ = b.RemoveStandInsOf(context.Background(), name+"-b")
+	})
+	for _, c := range []*Client{a, b} {
+		if err := c.RegisterStandIn(ctx, rev, name, "127.0.0.1", 20001, "urlprefix-"+name+"/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, _, err := a.api.Health().Service(rev, spec.TagActivator, true, nil)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("passing stand-ins of %s: %d, %v; want 2", rev, len(entries), err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Node.Node, StandInNodePrefix) || len(e.Checks) != 1 || e.Checks[0].Status != api.HealthPassing {
+			t.Errorf("stand-in %s on node %s with checks %+v", e.Service.ID, e.Node.Node, e.Checks)
+		}
+	}
+	nodes, err := a.StandInNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own, err := b.OwnStandIns(ctx, nodes); err != nil || !slices.Equal(own, []string{rev}) {
+		t.Fatalf("b's OwnStandIns = %v, %v", own, err)
+	}
+	removed, err := a.RemoveStandInsOf(ctx, name+"-b")
+	if err != nil || !slices.Equal(removed, []string{b.StandInNode(rev)}) {
+		t.Fatalf("RemoveStandInsOf(b) = %v, %v; want %s", removed, err, b.StandInNode(rev))
+	}
+	if own, err := b.OwnStandIns(ctx, nodes); err != nil || len(own) != 0 {
+		t.Errorf("b's OwnStandIns after its node went = %v, %v", own, err)
+	}
+	if err := b.DeregisterStandIn(ctx, rev); err != nil {
+		t.Errorf("deregister a stand-in whose node is gone: %v", err)
+	}
+	if err := b.RemoveStandInNode(ctx, removed[0]); err != nil {
+		t.Errorf("remove an absent node: %v", err)
+	}
+	if err := a.DeregisterStandIn(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _, err := a.api.Health().Service(rev, "", false, nil); err != nil || len(entries) != 0 {
+		t.Errorf("instances of %s left: %d, %v", rev, len(entries), err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,13 +41,13 @@ func TestStandInCarriesTheRevisionsTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{spec.TagServerless, spec.TagServicePrefix + "whoami", spec.TagActivator, "traefik.enable=true"}
-	// Passing at once, before any probe: its alias check mirrors the
-	// activator registration, itself passing from its registration on.
-	if inst := c.Consul.Services("whoami-00001"); len(inst) != 1 || !slices.Equal(inst[0].Tags, want) || inst[0].Port != port {
-		t.Fatalf("stand-in %+v, want tags %v on port %d", inst, want, port)
+	// On a catalog node of its own, not the agent's.
+	if inst := c.Consul.Services("whoami-00001"); len(inst) != 1 || !slices.Equal(inst[0].Tags, want) || inst[0].Port != port ||
+		inst[0].Node != cl.StandInNode("whoami-00001") {
+		t.Fatalf("stand-in %+v, want tags %v on port %d, on node %s", inst, want, port, cl.StandInNode("whoami-00001"))
 	}
-	// Passing at once, before the first probe: a catalog-driven proxy
-	// takes the stand-in into its table from its registration on.
+	// Passing at once (its check is registered passing): a catalog-driven
+	// proxy takes the stand-in into its table from its registration on.
 	if inst := c.Consul.Services("whoami-00001"); len(inst) != 1 || inst[0].Status != "passing" {
 		t.Errorf("the stand-in does not pass from its registration on: %+v", inst)
 	}
@@ -58,9 +59,10 @@ func TestStandInCarriesTheRevisionsTags(t *testing.T) {
 	}
 }
 
-// A replica finds the stand-ins its agent holds, whoever registered them,
-// tells which replicas exist, and removes another's by ID.
-func TestStandInsOnTheLocalAgent(t *testing.T) {
+// Each replica's stand-ins are on catalog nodes of its own: a replica
+// lists every replica's nodes, finds its own stand-ins there, tells which
+// replicas exist, and removes another's nodes with their stand-ins.
+func TestStandInsOnCatalogNodes(t *testing.T) {
 	c := fakecluster.Start(t, fakecluster.Options{CheckInterval: 100 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -74,20 +76,34 @@ func TestStandInsOnTheLocalAgent(t *testing.T) {
 	for _, r := range []string{"r1", "r2"} {
 		cl := fakeClusterClient(t, c, r)
 		clients[r] = cl
-		if err := cl.RegisterStandIn(ctx, "hello-00001", "hello", "127.0.0.1", port); err != nil {
-			t.Fatal(err)
+		for _, rev := range []string{"hello-00001", "other-00001"} {
+			if err := cl.RegisterStandIn(ctx, rev, strings.TrimSuffix(rev, "-00001"), "127.0.0.1", port); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := clients["r1"].RegisterActivator(ctx, consulroute.ActivatorRegistration{Address: "127.0.0.1", Port: port, AdminPort: port}); err != nil {
 		t.Fatal(err)
 	}
-	local, err := clients["r1"].LocalStandIns(ctx)
-	want := []consulroute.StandIn{
-		{ID: "hello-00001-activator-r1", Revision: "hello-00001", Replica: "r1"},
-		{ID: "hello-00001-activator-r2", Revision: "hello-00001", Replica: "r2"},
+	nodes, err := clients["r1"].StandInNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err != nil || !slices.Equal(local, want) {
-		t.Fatalf("LocalStandIns = %+v, %v; want %+v", local, err, want)
+	byReplica := map[string]int{}
+	for _, n := range nodes {
+		if !strings.HasPrefix(n.Node, consulroute.StandInNodePrefix+n.Replica+"-") {
+			t.Errorf("stand-in node %+v is not named after its replica", n)
+		}
+		byReplica[n.Replica]++
+	}
+	if byReplica["r1"] == 0 || byReplica["r2"] == 0 || len(byReplica) != 2 {
+		t.Fatalf("StandInNodes = %+v, want nodes of r1 and r2", nodes)
+	}
+	if own, err := clients["r2"].OwnStandIns(ctx, nodes); err != nil || !slices.Equal(own, []string{"hello-00001", "other-00001"}) {
+		t.Fatalf("r2's OwnStandIns = %v, %v", own, err)
+	}
+	if clients["r1"].StandInNode("hello-00001") == clients["r2"].StandInNode("hello-00001") {
+		t.Error("two replicas' stand-ins of one revision share a node")
 	}
 	replicas, err := clients["r1"].Replicas(ctx)
 	if err != nil || len(replicas) != 1 || !replicas["r1"] {
@@ -108,17 +124,26 @@ func TestStandInsOnTheLocalAgent(t *testing.T) {
 		regs, _, err := clients["r1"].Registrations(ctx, "hello-00001", index)
 		blocked <- answer{regs, err}
 	}()
-	if err := clients["r1"].RemoveStandIn(ctx, "hello-00001-activator-r2"); err != nil {
-		t.Fatal(err)
+	removed, err := clients["r1"].RemoveStandInsOf(ctx, "r2")
+	if err != nil || len(removed) != byReplica["r2"] {
+		t.Fatalf("RemoveStandInsOf(r2) = %v, %v; want its %d nodes", removed, err, byReplica["r2"])
 	}
 	if a := <-blocked; a.err != nil || len(a.regs) != 1 || a.regs[0].ID != "hello-00001-activator-r1" {
 		t.Errorf("the blocking Registrations after a removal = %+v, %v", a.regs, a.err)
 	}
-	if err := clients["r1"].RemoveStandIn(ctx, "hello-00001-activator-r2"); err != nil {
-		t.Errorf("removing an absent stand-in: %v", err)
+	if err := clients["r2"].DeregisterStandIn(ctx, "hello-00001"); err != nil {
+		t.Errorf("deregistering an absent stand-in: %v", err)
 	}
-	if inst := c.Consul.Services("hello-00001"); len(inst) != 1 || inst[0].ID != "hello-00001-activator-r1" {
-		t.Errorf("after removing r2's stand-in: %+v", inst)
+	if err := clients["r1"].RemoveStandInNode(ctx, removed[0]); err != nil {
+		t.Errorf("removing an absent node: %v", err)
+	}
+	for _, rev := range []string{"hello-00001", "other-00001"} {
+		if inst := c.Consul.Services(rev); len(inst) != 1 || inst[0].ID != rev+"-activator-r1" {
+			t.Errorf("after removing r2's stand-ins: %+v", inst)
+		}
+	}
+	if own, err := clients["r2"].OwnStandIns(ctx, nodes); err != nil || len(own) != 0 {
+		t.Errorf("r2's OwnStandIns after its nodes went = %v, %v (the listing named them; they are gone)", own, err)
 	}
 }
 
@@ -217,7 +242,11 @@ func TestRemoveReplicaThroughItsAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{dead.StandInID("a-00001"), dead.StandInID("b-00001"), spec.ActivatorServiceName + "-dead"}
+	// Its stand-in nodes first (through the catalog), then its activator
+	// registration through its agent.
+	want := []string{dead.StandInNode("a-00001"), dead.StandInNode("b-00001")}
+	slices.Sort(want)
+	want = append(slices.Compact(want), spec.ActivatorServiceName+"-dead")
 	if !slices.Equal(removed, want) {
 		t.Errorf("removed %v, want %v", removed, want)
 	}

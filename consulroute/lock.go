@@ -52,6 +52,19 @@ var (
 	errLeadReturned = errors.New("lead returned while still leader")
 )
 
+// leadEnded is why the lock cancels a session's or a leader's context. It
+// is a cancellation (errors.Is(err, context.Canceled)): net/http returns a
+// context's cause, not context.Canceled, for a request it cuts short, and
+// Client.wrap told a Consul call cut short by a lost leadership apart from
+// a cancellation only by that, so it said "cannot reach Consul ...: the
+// lock key no longer names our session; is the Consul agent running
+// there?" (the soak's logs, issue 45): now "...: the lock key no longer
+// names our session".
+type leadEnded struct{ error }
+
+func (e leadEnded) Is(target error) bool { return target == context.Canceled }
+func (e leadEnded) Unwrap() error        { return e.error }
+
 // Lock is leader election with a Consul session and a KV lock (fixtures
 // 049-056). At most one Lock per key holds it at a time, as far as Consul's
 // session guarantees go: a leader whose session cannot be renewed for ttl
@@ -323,13 +336,13 @@ func (l *Lock) renew(sctx context.Context, sid string, cancel context.CancelCaus
 			return
 		case err != nil:
 			if time.Since(last) >= l.ttl {
-				cancel(fmt.Errorf("%w: %w", errSessionLost, l.c.wrap("renew session", err)))
+				cancel(leadEnded{fmt.Errorf("%w: %w", errSessionLost, l.c.wrap("renew session", err))})
 				return
 			}
 			l.c.log.WarnContext(sctx, "leader lock: session renewal failed; retrying", "key", l.key, "err", l.c.wrap("renew session", err))
 			wait = max(l.renewEvery/4, time.Millisecond)
 		case entry == nil:
-			cancel(fmt.Errorf("%w: Consul no longer knows session %s", errSessionLost, sid))
+			cancel(leadEnded{fmt.Errorf("%w: Consul no longer knows session %s", errSessionLost, sid)})
 			return
 		default:
 			// Counted from when the renewal was sent: Consul restarted
@@ -347,7 +360,7 @@ func (l *Lock) leadWhileHeld(sctx context.Context, sid string, lead func(context
 	var wg sync.WaitGroup
 	wg.Go(func() { l.watchHeld(lctx, sid, cancel) })
 	lead(lctx)
-	cancel(errLeadReturned)
+	cancel(leadEnded{errLeadReturned})
 	wg.Wait()
 	cause := context.Cause(lctx)
 	switch {
@@ -379,7 +392,7 @@ func (l *Lock) watchHeld(lctx context.Context, sid string, cancel context.Cancel
 		}
 		failures = 0
 		if p == nil || p.Session != sid {
-			cancel(errLockLost)
+			cancel(leadEnded{errLockLost})
 			return
 		}
 		index = nextIndex(index, meta.LastIndex)

@@ -2,6 +2,10 @@ package consulroute
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -403,5 +407,33 @@ func TestLockStepsDownWhenRenewalsFailForTTL(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Consul call cut short because the leadership ended is a cancellation,
+// not Consul out of reach (issue 45's soak logged "cannot reach Consul
+// ...: the lock key no longer names our session; is the Consul agent
+// running there?" at every lost leadership).
+func TestLeadEndedIsACancellationNotAnUnreachableConsul(t *testing.T) {
+	c := testClient(t, "127.0.0.1:1")
+	for _, cause := range []error{leadEnded{errLockLost}, leadEnded{fmt.Errorf("%w: Consul no longer knows session x", errSessionLost)}} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(cause)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://127.0.0.1:1/v1/agent/service/register", nil)
+		_, err := http.DefaultClient.Do(req)
+		if err == nil {
+			t.Fatal("a request on a cancelled context went through")
+		}
+		werr := c.wrap("register the activator stand-in for r", err)
+		if !errors.Is(werr, context.Canceled) {
+			t.Errorf("%v: not a cancellation", werr)
+		}
+		var ce *Error
+		if errors.As(werr, &ce) || strings.Contains(werr.Error(), "cannot reach Consul") {
+			t.Errorf("a lost leadership reported as Consul out of reach: %v", werr)
+		}
+		if !errors.Is(werr, errSessionLost) && !errors.Is(werr, errLockLost) {
+			t.Errorf("%v: the cause is lost", werr)
+		}
 	}
 }

@@ -185,6 +185,16 @@ func (c *Client) Records(ctx context.Context) ([]Record, error) {
 	return recs, err
 }
 
+// sortRecords sorts records by namespace, then name.
+func sortRecords(out []Record) {
+	sort.Slice(out, func(i, j int) bool {
+		if a, b := out[i].Namespace(), out[j].Namespace(); a != b {
+			return a < b
+		}
+		return out[i].Service.Name < out[j].Service.Name
+	})
+}
+
 func (c *Client) listRecords(ctx context.Context, q *api.QueryOptions) ([]Record, uint64, error) {
 	pairs, meta, err := c.api.KV().List(KVPrefix, q)
 	if err != nil {
@@ -200,12 +210,7 @@ func (c *Client) listRecords(ctx context.Context, q *api.QueryOptions) ([]Record
 		}
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if a, b := out[i].Namespace(), out[j].Namespace(); a != b {
-			return a < b
-		}
-		return out[i].Service.Name < out[j].Service.Name
-	})
+	sortRecords(out)
 	var idx uint64
 	if meta != nil {
 		idx = meta.LastIndex

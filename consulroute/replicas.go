@@ -19,9 +19,9 @@ type ReplicaRegistration struct {
 	Replica string
 	// ID is the activator registration's service ID.
 	ID string
-	// Node and NodeAddress name the agent that holds the registration,
-	// and with it every stand-in of that replica (they are registered on
-	// the replica's local agent).
+	// Node and NodeAddress name the agent that holds the registration
+	// and the replica's internal listener (its stand-ins are on catalog
+	// nodes of their own).
 	Node, NodeAddress string
 	// Critical: the registration's check is critical (the replica's
 	// admin /healthz does not answer).
@@ -47,6 +47,22 @@ func (c *Client) ReplicaRegistrations(ctx context.Context) ([]ReplicaRegistratio
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Replicas lists the names of the control-plane replicas registered in the
+// nomad-serverless-activator service, whatever their health: a replica
+// that crashed stays listed (critical) until the leader or Consul removes
+// it, and a stopped one deregisters.
+func (c *Client) Replicas(ctx context.Context) (map[string]bool, error) {
+	regs, err := c.ReplicaRegistrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(regs))
+	for _, r := range regs {
+		out[r.Replica] = true
+	}
 	return out, nil
 }
 
@@ -79,29 +95,37 @@ func (c *Client) SessionHolders(ctx context.Context) (map[string]bool, error) {
 	return out, nil
 }
 
-// RemoveReplica deregisters, through the agent that holds them (r.Node),
-// every registration of replica r: its stand-ins, its internal listener
-// and last its activator registration. Only that agent can remove them
+// RemoveReplica removes every registration of replica r: first its
+// stand-ins (its stand-in nodes in the catalog, through any agent), then,
+// through the agent that holds them (r.Node), its internal listener and
+// last its activator registration. Only that agent can remove the last two
 // for good: a catalog deregistration is undone by the agent's next sync,
 // and left alone the agent reaps them only a minute after their checks
-// turned critical. It returns the IDs removed. The agent is reached at
-// the node's address on this client's port (AgentOf), or is this
-// client's own agent when the node is its node.
+// turned critical. It returns the stand-in nodes and service IDs removed.
+// The agent is reached at the node's address on this client's port
+// (AgentOf), or is this client's own agent when the node is its node; when
+// it cannot be reached the stand-ins are gone all the same.
 func (c *Client) RemoveReplica(ctx context.Context, r ReplicaRegistration) ([]string, error) {
 	op := fmt.Sprintf("remove the registrations of replica %s from the agent of node %s", r.Replica, r.Node)
+	removed, err := c.RemoveStandInsOf(ctx, r.Replica)
+	if err != nil {
+		return removed, fmt.Errorf("remove the stand-ins of replica %s: %w", r.Replica, err)
+	}
 	agent, err := c.agentFor(ctx, r.Node, r.NodeAddress)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return removed, fmt.Errorf("%s: %w", op, err)
 	}
 	svcs, err := agent.api.Agent().ServicesWithFilterOpts("", agent.q(ctx))
 	if err != nil {
-		return nil, agent.wrap(op+": list its services", err)
+		return removed, agent.wrap(op+": list its services", err)
 	}
 	var ids []string
 	for id, s := range svcs {
 		if s == nil || s.Meta[MetaReplica] != r.Replica || id == r.ID {
 			continue
 		}
+		// Tag activator: stand-ins an earlier version registered on the
+		// agent.
 		if s.Service == spec.InternalServiceName || slices.Contains(s.Tags, spec.TagActivator) {
 			ids = append(ids, id)
 		}
@@ -110,7 +134,6 @@ func (c *Client) RemoveReplica(ctx context.Context, r ReplicaRegistration) ([]st
 	if _, ok := svcs[r.ID]; ok {
 		ids = append(ids, r.ID) // last: while it is there, the others are its
 	}
-	var removed []string
 	for _, id := range ids {
 		if err := agent.deregister(ctx, op, id); err != nil {
 			return removed, err

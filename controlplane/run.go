@@ -255,7 +255,7 @@ func Run(ctx context.Context, c Config) error {
 	goRun("follow the admin API keyring", func(ctx context.Context) error { return keys.follow(ctx, consul) })
 	// Stand-ins start once Nomad's revisions are listed (before that every
 	// stand-in looks unwanted) and this replica's activator is registered
-	// (their alias checks mirror it).
+	// (the leader's reaper finds a dead replica's stand-ins by it).
 	registered := make(chan struct{})
 	sweepStandIns := make(chan struct{}, 1)
 	goRun("activator stand-ins", func(ctx context.Context) error {

@@ -13,12 +13,16 @@ import (
 
 // standInSource is what the stand-in keeper needs (consulroute.Client).
 type standInSource interface {
+	Replica() string
 	RegisterStandIn(ctx context.Context, revision, service string, addr string, port int, tags ...string) error
 	DeregisterStandIn(ctx context.Context, revision string) error
-	StandInID(revision string) string
-	LocalStandIns(ctx context.Context) ([]consulroute.StandIn, error)
+	StandInNodes(ctx context.Context) ([]consulroute.StandInNode, error)
+	OwnStandIns(ctx context.Context, nodes []consulroute.StandInNode) ([]string, error)
+	RemoveStandInNode(ctx context.Context, node string) error
+	RemoveStandInsOf(ctx context.Context, replica string) ([]string, error)
+	AgentStandIns(ctx context.Context) ([]consulroute.AgentStandIn, error)
+	RemoveAgentStandIn(ctx context.Context, id string) error
 	Replicas(ctx context.Context) (map[string]bool, error)
-	RemoveStandIn(ctx context.Context, id string) error
 }
 
 // standInWanted says which revisions need this replica's stand-in (revision
@@ -38,39 +42,49 @@ func standInWanted(revs []catalog.Revision, ready func(revision string) int) map
 	return want
 }
 
-// orphanedStandIns picks, from the stand-ins the local agent holds, those
-// to remove (IDs) and this replica's own to adopt (revisions): a stand-in
-// whose replica is no longer registered at all (it stopped, or crashed
-// and Consul reaped it) has nobody left to remove it, and one of this
-// replica's own names from an earlier run (same replica name, restarted)
-// is taken back so the keeper removes it when it is not wanted. Another
-// live replica's stand-ins are that replica's business. It is pure.
-func orphanedStandIns(local []consulroute.StandIn, replicas map[string]bool, ownID func(revision string) string) (remove []string, adopt []string) {
+// orphanedStandInNodes picks the stand-in nodes whose replica is no
+// longer registered at all (it stopped, or crashed and was removed): nobody
+// is left to remove them. Another live replica's nodes are that replica's
+// business, and self's are its own stand-ins. It is pure.
+func orphanedStandInNodes(nodes []consulroute.StandInNode, replicas map[string]bool, self string) []string {
+	var remove []string
+	for _, n := range nodes {
+		if n.Replica != self && !replicas[n.Replica] {
+			remove = append(remove, n.Node)
+		}
+	}
+	return remove
+}
+
+// orphanedAgentStandIns picks, from the stand-ins the local agent holds
+// (only an earlier version registered them there), those no live replica
+// of this version will remove: self's own, and those of replicas no longer
+// registered. Another registered replica's are left to it (during an
+// upgrade, an earlier version still running keeps its own). It is pure.
+func orphanedAgentStandIns(local []consulroute.AgentStandIn, replicas map[string]bool, self string) []string {
+	var remove []string
 	for _, s := range local {
-		switch {
-		case s.ID == ownID(s.Revision):
-			adopt = append(adopt, s.Revision)
-		case !replicas[s.Replica]:
+		if s.Replica == self || !replicas[s.Replica] {
 			remove = append(remove, s.ID)
 		}
 	}
-	return remove, adopt
+	return remove
 }
 
 // lostStandIns picks the revisions whose stand-in this replica registered
-// (registered) and the local agent no longer holds (local): the agent
-// restarted without its state, or another replica's sweep removed them
-// while this replica's own activator registration was gone (reaped). The
-// keeper forgets them, so its next pass registers the wanted ones again.
-// It is pure.
-func lostStandIns(local []consulroute.StandIn, registered map[string]bool, ownID func(revision string) string) []string {
-	held := make(map[string]bool, len(local))
-	for _, s := range local {
-		held[s.ID] = true
+// (registered) and the catalog no longer holds (own, this replica's in the
+// catalog): somebody deregistered them by hand, or another replica's sweep
+// removed them while this replica's own activator registration was gone.
+// The keeper forgets them, so its next pass registers the wanted ones
+// again. It is pure.
+func lostStandIns(own []string, registered map[string]bool) []string {
+	held := make(map[string]bool, len(own))
+	for _, rev := range own {
+		held[rev] = true
 	}
 	var lost []string
 	for rev := range registered {
-		if !held[ownID(rev)] {
+		if !held[rev] {
 			lost = append(lost, rev)
 		}
 	}
@@ -78,8 +92,9 @@ func lostStandIns(local []consulroute.StandIn, registered map[string]bool, ownID
 	return lost
 }
 
-// standInSweepEvery is how often the keeper looks for orphaned stand-ins on
-// its agent (one agent listing and one health query).
+// standInSweepEvery is how often the keeper looks for orphaned and lost
+// stand-ins: a listing of the stand-in nodes, one health query, a listing
+// of each of its own 16 nodes, and one of the local agent's services.
 const standInSweepEvery = time.Minute
 
 // keepStandIns registers this replica as a stand-in instance of every
@@ -90,22 +105,26 @@ const standInSweepEvery = time.Minute
 // gone. Call it once Nomad's first listing is in the catalog (before that
 // an empty catalog would say every stand-in is unwanted) and this
 // replica's activator is registered. At once, and every standInSweepEvery,
-// it removes stand-ins on its agent left by replicas that no longer
-// exist, adopts its own from an earlier run and registers again those the
-// agent lost; a value on sweepNow sweeps at once (serve sends one when it
-// had to register its activator again: whatever lost that lost the
-// stand-ins too). On the way out it removes every stand-in it registered.
+// it removes the stand-in nodes of replicas that no longer exist, adopts
+// its own stand-ins from an earlier run, registers again those the catalog
+// lost, and removes what an earlier version left on the local agent; a
+// value on sweepNow sweeps at once (serve sends one when it had to
+// register its activator again: other replicas' sweeps may have removed
+// its stand-ins meanwhile). On the way out it removes its stand-in nodes.
 func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, tags *revisionTags, addr string, port int, sweepNow <-chan struct{}, log *slog.Logger) {
 	registered := map[string]bool{}
+	self := src.Replica()
 	defer func() {
+		// Every node of this replica at once (16 calls), not one call per
+		// stand-in.
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		for rev := range registered {
-			_ = src.DeregisterStandIn(cleanup, rev)
+		if _, err := src.RemoveStandInsOf(cleanup, self); err != nil {
+			log.Warn("remove this replica's activator stand-ins on the way out", "err", err)
 		}
 	}()
 	sweep := func() {
-		local, err := src.LocalStandIns(ctx)
+		nodes, err := src.StandInNodes(ctx)
 		if err != nil {
 			log.Warn("look for orphaned activator stand-ins", "err", err)
 			return
@@ -115,20 +134,36 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			log.Warn("look for orphaned activator stand-ins", "err", err)
 			return
 		}
-		remove, adopt := orphanedStandIns(local, replicas, src.StandInID)
-		for _, rev := range lostStandIns(local, registered, src.StandInID) {
-			log.Warn("the local Consul agent lost this replica's activator stand-in; registering it again if still wanted", "revision", rev)
+		own, err := src.OwnStandIns(ctx, nodes)
+		if err != nil {
+			log.Warn("look for orphaned activator stand-ins", "err", err)
+			return
+		}
+		for _, rev := range lostStandIns(own, registered) {
+			log.Warn("this replica's activator stand-in is gone from Consul's catalog; registering it again if still wanted", "revision", rev)
 			delete(registered, rev)
 		}
-		for _, rev := range adopt {
+		for _, rev := range own { // from an earlier run under this name
 			registered[rev] = true
 		}
-		for _, id := range remove {
-			if err := src.RemoveStandIn(ctx, id); err != nil {
-				log.Warn("remove an orphaned activator stand-in", "id", id, "err", err)
+		for _, node := range orphanedStandInNodes(nodes, replicas, self) {
+			if err := src.RemoveStandInNode(ctx, node); err != nil {
+				log.Warn("remove the activator stand-ins of a replica that no longer exists", "node", node, "err", err)
 				continue
 			}
-			log.Info("removed an activator stand-in left by a replica that no longer exists", "id", id)
+			log.Info("removed the activator stand-ins of a replica that no longer exists", "node", node)
+		}
+		local, err := src.AgentStandIns(ctx)
+		if err != nil {
+			log.Warn("look for activator stand-ins an earlier version left on the local agent", "err", err)
+			return
+		}
+		for _, id := range orphanedAgentStandIns(local, replicas, self) {
+			if err := src.RemoveAgentStandIn(ctx, id); err != nil {
+				log.Warn("remove an activator stand-in an earlier version left on the local agent", "id", id, "err", err)
+				continue
+			}
+			log.Info("removed an activator stand-in an earlier version left on the local agent", "id", id)
 		}
 	}
 	sweep()
@@ -140,6 +175,7 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			sweep()
 			nextSweep = time.Now().Add(standInSweepEvery)
 		}
+		passStart := time.Now()
 		want := standInWanted(cat.Revisions(), ready)
 		revs := make([]string, 0, len(want))
 		for rev := range want {
@@ -165,6 +201,13 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 			}
 			delete(registered, rev)
 		}
+		// A pass reads the whole catalog: during a burst of changes (a
+		// bulk deploy) the next one waits nine times what this one took,
+		// at most a second, so the keeper takes a tenth of a core at
+		// most (issue 45).
+		if !sleepCtx(ctx, standInGap(time.Since(passStart))) {
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -174,6 +217,12 @@ func keepStandIns(ctx context.Context, src standInSource, cat *catalog.Catalog, 
 		case <-time.After(10 * time.Second): // retry failed registrations; sweep
 		}
 	}
+}
+
+// standInGap is how long the stand-in keeper waits after a pass that took
+// d before it looks at the catalog again.
+func standInGap(d time.Duration) time.Duration {
+	return min(9*d, time.Second)
 }
 
 // standInFirst is the autoscaler's Scaler in serve: before it takes a

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
@@ -31,65 +33,146 @@ func TestStandInWanted(t *testing.T) {
 	}
 }
 
-func TestOrphanedStandIns(t *testing.T) {
-	own := func(rev string) string { return rev + "-activator-me" }
-	local := []consulroute.StandIn{
-		{ID: "a-00001-activator-me", Revision: "a-00001", Replica: "me"},     // mine from an earlier run
-		{ID: "a-00001-activator-live", Revision: "a-00001", Replica: "live"}, // a live replica's
-		{ID: "a-00001-activator-gone", Revision: "a-00001", Replica: "gone"}, // a replica no longer registered
-		{ID: "b-00002-activator-gone", Revision: "b-00002", Replica: "gone"},
-		{ID: "b-00002-activator-", Revision: "b-00002", Replica: ""}, // no replica meta: nobody owns it
+func TestOrphanedStandInNodes(t *testing.T) {
+	nodes := []consulroute.StandInNode{
+		{Node: "n-me-00", Replica: "me"},     // mine
+		{Node: "n-live-00", Replica: "live"}, // a live replica's
+		{Node: "n-gone-00", Replica: "gone"}, // a replica no longer registered
+		{Node: "n-gone-01", Replica: "gone"},
+		{Node: "n--00", Replica: ""}, // no replica meta: nobody owns it
 	}
-	remove, adopt := orphanedStandIns(local, map[string]bool{"me": true, "live": true}, own)
-	if want := []string{"a-00001-activator-gone", "b-00002-activator-gone", "b-00002-activator-"}; !slices.Equal(remove, want) {
-		t.Errorf("remove = %v, want %v", remove, want)
+	got := orphanedStandInNodes(nodes, map[string]bool{"me": true, "live": true}, "me")
+	if want := []string{"n-gone-00", "n-gone-01", "n--00"}; !slices.Equal(got, want) {
+		t.Errorf("orphanedStandInNodes = %v, want %v", got, want)
 	}
-	if want := []string{"a-00001"}; !slices.Equal(adopt, want) {
-		t.Errorf("adopt = %v, want %v", adopt, want)
+	// This replica's own nodes stay even before its activator is
+	// registered again (it is not in replicas yet).
+	if got := orphanedStandInNodes(nodes[:1], map[string]bool{}, "me"); got != nil {
+		t.Errorf("orphanedStandInNodes removes self's: %v", got)
 	}
 }
 
-// fakeStandIns is a local Consul agent's stand-in registrations, by ID.
+func TestOrphanedAgentStandIns(t *testing.T) {
+	local := []consulroute.AgentStandIn{
+		{ID: "a-00001-activator-me", Revision: "a-00001", Replica: "me"},     // mine, from before the upgrade
+		{ID: "a-00001-activator-live", Revision: "a-00001", Replica: "live"}, // a live replica's (an earlier version still running)
+		{ID: "a-00001-activator-gone", Revision: "a-00001", Replica: "gone"}, // a replica no longer registered
+		{ID: "b-00002-activator-", Revision: "b-00002", Replica: ""},         // no replica meta: nobody owns it
+	}
+	got := orphanedAgentStandIns(local, map[string]bool{"me": true, "live": true}, "me")
+	if want := []string{"a-00001-activator-me", "a-00001-activator-gone", "b-00002-activator-"}; !slices.Equal(got, want) {
+		t.Errorf("orphanedAgentStandIns = %v, want %v", got, want)
+	}
+}
+
+// fakeStandIn is one stand-in in the fake catalog.
+type fakeStandIn struct {
+	ID, Revision, Replica, Node string
+}
+
+// fakeStandIns is Consul's catalog of stand-ins (by ID) and the local
+// agent's stand-ins from an earlier version.
 type fakeStandIns struct {
 	replica  string
 	replicas map[string]bool
 
-	mu      sync.Mutex
-	reg     map[string]consulroute.StandIn
-	tags    map[string][]string
-	removed []string
+	mu           sync.Mutex
+	reg          map[string]fakeStandIn
+	agent        map[string]consulroute.AgentStandIn
+	tags         map[string][]string
+	removed      []string // stand-in IDs deregistered one by one
+	removedNodes []string
 }
 
 func newFakeStandIns(replica string) *fakeStandIns {
-	return &fakeStandIns{replica: replica, replicas: map[string]bool{replica: true}, reg: map[string]consulroute.StandIn{}, tags: map[string][]string{}}
+	return &fakeStandIns{replica: replica, replicas: map[string]bool{replica: true}, reg: map[string]fakeStandIn{},
+		agent: map[string]consulroute.AgentStandIn{}, tags: map[string][]string{}}
 }
 
+func (f *fakeStandIns) Replica() string { return f.replica }
+
 func (f *fakeStandIns) StandInID(rev string) string { return rev + "-activator-" + f.replica }
+
+// add puts a stand-in of replica in the catalog, on that replica's node.
+func (f *fakeStandIns) add(rev, replica string) {
+	id := rev + "-activator-" + replica
+	f.reg[id] = fakeStandIn{ID: id, Revision: rev, Replica: replica, Node: "n-" + replica}
+}
 
 func (f *fakeStandIns) RegisterStandIn(_ context.Context, rev, svc, addr string, port int, tags ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.reg[f.StandInID(rev)] = consulroute.StandIn{ID: f.StandInID(rev), Revision: rev, Replica: f.replica}
+	f.add(rev, f.replica)
 	f.tags[rev] = tags
 	return nil
 }
 
-func (f *fakeStandIns) DeregisterStandIn(ctx context.Context, rev string) error {
-	return f.RemoveStandIn(ctx, f.StandInID(rev))
-}
-
-func (f *fakeStandIns) RemoveStandIn(_ context.Context, id string) error {
+func (f *fakeStandIns) DeregisterStandIn(_ context.Context, rev string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.reg, id)
-	f.removed = append(f.removed, id)
+	delete(f.reg, f.StandInID(rev))
+	f.removed = append(f.removed, f.StandInID(rev))
 	return nil
 }
 
-func (f *fakeStandIns) LocalStandIns(context.Context) ([]consulroute.StandIn, error) {
+func (f *fakeStandIns) StandInNodes(context.Context) ([]consulroute.StandInNode, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Collect(maps.Values(f.reg)), nil
+	seen := map[consulroute.StandInNode]bool{}
+	for _, s := range f.reg {
+		seen[consulroute.StandInNode{Node: s.Node, Replica: s.Replica}] = true
+	}
+	return slices.SortedFunc(maps.Keys(seen), func(a, b consulroute.StandInNode) int { return strings.Compare(a.Node, b.Node) }), nil
+}
+
+func (f *fakeStandIns) OwnStandIns(_ context.Context, nodes []consulroute.StandInNode) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var revs []string
+	for _, s := range f.reg {
+		if s.Replica == f.replica && slices.Contains(nodes, consulroute.StandInNode{Node: s.Node, Replica: s.Replica}) {
+			revs = append(revs, s.Revision)
+		}
+	}
+	slices.Sort(revs)
+	return revs, nil
+}
+
+func (f *fakeStandIns) RemoveStandInNode(_ context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, s := range f.reg {
+		if s.Node == node {
+			delete(f.reg, id)
+		}
+	}
+	f.removedNodes = append(f.removedNodes, node)
+	return nil
+}
+
+func (f *fakeStandIns) RemoveStandInsOf(ctx context.Context, replica string) ([]string, error) {
+	nodes, _ := f.StandInNodes(ctx)
+	var removed []string
+	for _, n := range nodes {
+		if n.Replica == replica {
+			_ = f.RemoveStandInNode(ctx, n.Node)
+			removed = append(removed, n.Node)
+		}
+	}
+	return removed, nil
+}
+
+func (f *fakeStandIns) AgentStandIns(context.Context) ([]consulroute.AgentStandIn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.SortedFunc(maps.Values(f.agent), func(a, b consulroute.AgentStandIn) int { return strings.Compare(a.ID, b.ID) }), nil
+}
+
+func (f *fakeStandIns) RemoveAgentStandIn(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.agent, id)
+	return nil
 }
 
 func (f *fakeStandIns) Replicas(context.Context) (map[string]bool, error) { return f.replicas, nil }
@@ -98,6 +181,12 @@ func (f *fakeStandIns) ids() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Sorted(maps.Keys(f.reg))
+}
+
+func (f *fakeStandIns) agentIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.agent))
 }
 
 // runKeeper runs keepStandIns until the test ends, then checks it removed
@@ -120,31 +209,28 @@ func runKeeper(t *testing.T, f *fakeStandIns, cat *catalog.Catalog, tags *revisi
 }
 
 func TestLostStandIns(t *testing.T) {
-	own := func(rev string) string { return rev + "-activator-me" }
-	local := []consulroute.StandIn{
-		{ID: "a-00001-activator-me", Revision: "a-00001", Replica: "me"},
-		{ID: "b-00001-activator-live", Revision: "b-00001", Replica: "live"}, // another replica's: not ours
-	}
+	own := []string{"a-00001"} // this replica's in the catalog
 	registered := map[string]bool{"a-00001": true, "b-00001": true, "c-00001": true}
-	if got, want := lostStandIns(local, registered, own), []string{"b-00001", "c-00001"}; !slices.Equal(got, want) {
+	if got, want := lostStandIns(own, registered), []string{"b-00001", "c-00001"}; !slices.Equal(got, want) {
 		t.Errorf("lostStandIns = %v, want %v", got, want)
 	}
-	if got := lostStandIns(nil, nil, own); got != nil {
+	if got := lostStandIns(nil, nil); got != nil {
 		t.Errorf("lostStandIns of nothing = %v", got)
 	}
 }
 
-// A stand-in the agent lost (another replica's sweep removed it while this
-// replica's activator registration was reaped, or the agent restarted) is
-// registered again at the next sweep while it is still wanted.
-func TestStandInKeeperRegistersAgainWhatTheAgentLost(t *testing.T) {
+// A stand-in gone from the catalog (another replica's sweep removed it
+// while this replica's activator registration was reaped, or somebody
+// deregistered it by hand) is registered again at the next sweep while it
+// is still wanted.
+func TestStandInKeeperRegistersAgainWhatTheCatalogLost(t *testing.T) {
 	f := newFakeStandIns("me")
 	cat := catalog.New()
 	cat.SetRevision(catalog.Revision{Name: "zero-00001", Service: "zero", Desired: 0})
 	sweep := runKeeper(t, f, cat, newRevisionTags())
 	waitFor(t, "a stand-in", func() bool { return slices.Equal(f.ids(), []string{"zero-00001-activator-me"}) })
 	f.mu.Lock()
-	delete(f.reg, "zero-00001-activator-me") // the agent lost it: nobody deregistered it
+	delete(f.reg, "zero-00001-activator-me") // gone: the keeper did not deregister it
 	f.mu.Unlock()
 	sweep <- struct{}{}
 	waitFor(t, "the stand-in registered again", func() bool { return slices.Equal(f.ids(), []string{"zero-00001-activator-me"}) })
@@ -191,29 +277,39 @@ func TestStandInsCarryTheRevisionsTagsAndGoWithIt(t *testing.T) {
 	}
 }
 
-// A replica that starts takes back its own stand-ins from an earlier run
-// and removes those of replicas that no longer exist.
+// A replica that starts takes back its own stand-ins from an earlier run,
+// removes the nodes of replicas that no longer exist, and removes what an
+// earlier version left on its agent (its own, and dead replicas').
 func TestStandInKeeperCleansUpAfterEarlierReplicas(t *testing.T) {
 	f := newFakeStandIns("me")
 	f.replicas["live"] = true
-	for _, s := range []consulroute.StandIn{
-		{ID: "kept-00001-activator-me", Revision: "kept-00001", Replica: "me"},
-		{ID: "gone-00001-activator-me", Revision: "gone-00001", Replica: "me"},
-		{ID: "gone-00001-activator-dead", Revision: "gone-00001", Replica: "dead"},
-		{ID: "kept-00001-activator-live", Revision: "kept-00001", Replica: "live"},
+	f.add("kept-00001", "me")
+	f.add("gone-00001", "me")
+	f.add("gone-00001", "dead")
+	f.add("kept-00001", "live")
+	for _, s := range []consulroute.AgentStandIn{
+		{ID: "old-00001-activator-me", Revision: "old-00001", Replica: "me"},
+		{ID: "old-00001-activator-dead", Revision: "old-00001", Replica: "dead"},
+		{ID: "old-00001-activator-live", Revision: "old-00001", Replica: "live"},
 	} {
-		f.reg[s.ID] = s
+		f.agent[s.ID] = s
 	}
 	cat := catalog.New()
 	cat.SetRevision(catalog.Revision{Name: "kept-00001", Service: "kept", Desired: 0})
 	runKeeper(t, f, cat, newRevisionTags())
 	want := []string{"kept-00001-activator-live", "kept-00001-activator-me"}
 	waitFor(t, "the orphans gone and the wanted one kept", func() bool { return slices.Equal(f.ids(), want) })
+	waitFor(t, "the earlier version's agent stand-ins of this and dead replicas gone", func() bool {
+		return slices.Equal(f.agentIDs(), []string{"old-00001-activator-live"})
+	})
 	f.mu.Lock()
-	removed := slices.Clone(f.removed)
+	removed, removedNodes := slices.Clone(f.removed), slices.Clone(f.removedNodes)
 	f.mu.Unlock()
 	if slices.Contains(removed, "kept-00001-activator-me") {
 		t.Errorf("the keeper removed a stand-in it still wants (it should adopt it): removed %v", removed)
+	}
+	if !slices.Equal(removedNodes, []string{"n-dead"}) {
+		t.Errorf("nodes removed while running %v, want the dead replica's only", removedNodes)
 	}
 }
 
@@ -251,5 +347,15 @@ func TestStandInFirstRegistersBeforeScalingToZero(t *testing.T) {
 	}
 	if got := f.tags["hello-00001"]; !slices.Equal(got, []string{"urlprefix-hello.example.com/"}) {
 		t.Errorf("the stand-in's tags %v, want the revision's", got)
+	}
+}
+
+// The keeper's passes read the whole catalog; during a burst of changes
+// the next waits nine times the last, at most a second (issue 45).
+func TestStandInGap(t *testing.T) {
+	for d, want := range map[time.Duration]time.Duration{0: 0, time.Millisecond: 9 * time.Millisecond, 200 * time.Millisecond: time.Second} {
+		if got := standInGap(d); got != want {
+			t.Errorf("standInGap(%s) = %s, want %s", d, got, want)
+		}
 	}
 }

@@ -76,7 +76,15 @@ func (h *harness) timing(measure string, d time.Duration) {
 // cli runs the binary under test and returns its output and exit code.
 func (h *harness) cli(args ...string) (stdout, stderr string, code int) {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	return h.cliWithin(4*time.Minute, 0, args...)
+}
+
+// cliWithin is cli with a bound on the run, logging only the last
+// logLines lines of each output when logLines > 0 (a bulk deploy's or a
+// list's thousands of lines).
+func (h *harness) cliWithin(timeout time.Duration, logLines int, args ...string) (stdout, stderr string, code int) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, h.bin, args...)
 	cmd.Env = os.Environ()
@@ -91,7 +99,11 @@ func (h *harness) cli(args ...string) (stdout, stderr string, code int) {
 		h.t.Fatalf("run %s %s: %v", h.bin, strings.Join(args, " "), err)
 	}
 	code = cmd.ProcessState.ExitCode()
-	h.t.Logf("$ nomad-serverless %s  -> exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+	o, e := out.String(), errb.String()
+	if logLines > 0 {
+		o, e = tailLines(o, logLines)+"\n", tailLines(e, logLines)+"\n"
+	}
+	h.t.Logf("$ nomad-serverless %s  -> exit %d\n%s%s", strings.Join(args, " "), code, o, e)
 	return out.String(), errb.String(), code
 }
 
@@ -297,15 +309,23 @@ func (g *gateway) autoscalerView(service string) (map[string]autoscalerRevision,
 
 // adminJSON GETs an admin path and decodes its 200 answer.
 func (g *gateway) adminJSON(path string, v any) error {
-	status, body, err := getBody(NewClient(1), g.adminURL()+path)
+	// Whole, however long: at 10,000 revisions the gateway's view is
+	// megabytes (getBody stops at 1 MiB).
+	resp, err := NewClient(1).Get(g.adminURL() + path)
 	if err != nil {
 		return err
 	}
-	if status != http.StatusOK {
-		return fmt.Errorf("GET %s: status %d: %s", path, status, strings.TrimSpace(body))
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("GET %s: read: %w", path, err)
 	}
-	if err := json.Unmarshal([]byte(body), v); err != nil {
-		return fmt.Errorf("GET %s: %w: %s", path, err, body)
+	body := string(b)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d: %s", path, resp.StatusCode, strings.TrimSpace(tailLines(body, 5)))
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("GET %s: %w: %.300s", path, err, body)
 	}
 	return nil
 }

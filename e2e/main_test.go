@@ -195,7 +195,7 @@ const agentStopGrace = 45 * time.Second
 func (s *Suite) agentOptions(dir string, acl *devagents.ACL) devagents.Options {
 	return devagents.Options{
 		NomadBin: s.Plan.NomadBin, ConsulBin: s.Plan.ConsulBin, Dir: dir,
-		Config:       devagents.ConfigOptions{LogLevel: "DEBUG", ACL: acl},
+		Config:       devagents.ConfigOptions{LogLevel: agentLogLevel(), ACL: acl, CPUTotalCompute: scaleRunCompute()},
 		ReadyTimeout: 2 * time.Minute,
 		StopGrace:    agentStopGrace,
 		Guard:        s.Guard,

@@ -112,10 +112,10 @@ func TestE2E14LeaderFailover(t *testing.T) {
 		}
 		leader, follower = follower, h.startStandby(t, next[round], rev)
 	}
-	// The local agent drops the leader's registrations, as it does when it
-	// reaps a service whose check stayed critical for a minute, or
-	// restarts without its state: the replica registers its activator
-	// and its stand-in again by itself, its lock session (bound to that
+	// The local agent drops the leader's activator registration, as it
+	// does when it reaps a service whose check stayed critical for a
+	// minute, or restarts without its state, and its stand-in goes from
+	// the catalog: the replica registers both again by itself, its lock session (bound to that
 	// check) ended, so the lock moves, and the replica rejoins the
 	// election and still wakes the revision.
 	h.waitZero(rev, 90*time.Second)
@@ -141,10 +141,14 @@ func TestE2E14LeaderFailover(t *testing.T) {
 		t.Fatalf("before the drop: %s", why)
 	}
 	dropped := time.Now()
-	for _, id := range []string{activatorID, standInID} {
-		if err := h.consul.Agent().ServiceDeregister(id); err != nil {
-			t.Fatalf("drop %s from the agent: %v", id, err)
-		}
+	if err := h.consul.Agent().ServiceDeregister(activatorID); err != nil {
+		t.Fatalf("drop %s from the agent: %v", activatorID, err)
+	}
+	// The stand-in is a catalog registration on a node of its own: gone
+	// from the catalog (another replica's sweep removed it while this
+	// replica's activator registration was gone).
+	if _, err := h.consul.Catalog().Deregister(&consul.CatalogDeregistration{Node: own.StandInNode(rev), ServiceID: standInID}, nil); err != nil {
+		t.Fatalf("drop %s from the catalog: %v", standInID, err)
 	}
 	eventually(t, 20*time.Second, leader.replica+"'s activator registered again", func() (bool, string) {
 		return held(spec.ActivatorServiceName, activatorID)
@@ -153,7 +157,7 @@ func TestE2E14LeaderFailover(t *testing.T) {
 	eventually(t, 20*time.Second, leader.replica+"'s stand-in of "+rev+" registered again", func() (bool, string) {
 		return held(rev, standInID)
 	})
-	h.timing("the agent dropped serve's stand-in -> registered again", time.Since(dropped))
+	h.timing("the catalog dropped serve's stand-in -> registered again", time.Since(dropped))
 	// Counted for operators (the NomadServerlessRegistrationLost alert).
 	if status, body, err := getBody(NewClient(1), leader.adminURL()+"/metrics"); err != nil || status != http.StatusOK {
 		t.Errorf("serve's /metrics: %d %v", status, err)

@@ -88,8 +88,8 @@ func TestE2E19PurgedByHand(t *testing.T) {
 	if _, _, err := h.nomad.Jobs().Deregister(revB, true, nil); err != nil {
 		t.Fatalf("purge %s: %v", revB, err)
 	}
-	// The dead replica's stand-in outlives it (Consul reaps a critical
-	// one only after a minute), so the restart has something to clean.
+	// The dead replica's stand-in outlives it (it has no check; with no
+	// other replica to reap it), so the restart has something to clean.
 	if regs := h.registrations(revB); len(regs) == 0 {
 		t.Fatalf("the killed replica's stand-in of %s is already gone; the restart has nothing to clean", revB)
 	}

@@ -491,6 +491,7 @@ func TestPolicies(t *testing.T) {
 		{
 			{Kind: "service_prefix", Label: "", Policy: "write"},
 			{Kind: "node_prefix", Label: "", Policy: "read"},
+			{Kind: "node_prefix", Label: "nomad-serverless-stand-ins-", Policy: "write"},
 			{Kind: "key_prefix", Label: "nomad-serverless/", Policy: "write"},
 			{Kind: "key", Label: "nomad-serverless/control-plane/admin-keys", Policy: "write"},
 			{Kind: "key_prefix", Label: "nomad-serverless/control-plane/tls/", Policy: "write"},

@@ -29,7 +29,8 @@ type Policy struct {
 //     `status`, `list`, `logs` and `delete` do: submit-job covers register,
 //     deregister and purge; read-logs and read-fs the allocations' logs.
 //   - Consul, control plane: register its own service and the stand-in
-//     instances of revisions at zero (in revisions' services, so a prefix),
+//     instances of revisions at zero (in revisions' services, so a prefix,
+//     on catalog nodes of their own: node write on their prefix),
 //     read health on every node, read applied services and hold the leader
 //     lock under nomad-serverless/, create the lock's session, and read
 //     (the first replica: create) the admin API's keyring and the TLS
@@ -99,10 +100,14 @@ func Policies(o Options) []Policy {
 				spec.ActivatorServiceName+" (and "+spec.InternalServiceName+" for its internal listener)",
 				"and, while a revision is at zero, one stand-in",
 				"instance in that revision's service (named <service>-<generation>, so a prefix).",
-				"The leader removes, through the agent that holds them, the stand-ins and",
+				"The leader removes, through the agent that holds them, the",
 				"activator registration of a replica that died (its session ended).",
 			) + consulRule("node_prefix", "", "read",
 				"Health queries list instances on every node.",
+			) + consulRule("node_prefix", consulroute.StandInNodePrefix, "write",
+				"The stand-ins are catalog registrations on nodes of their own, without an",
+				"agent (16 per replica, named "+consulroute.StandInNodePrefix+"<replica>-NN): each",
+				"replica registers its own there, and the leader removes a dead replica's.",
 			) + consulRule("key_prefix", "nomad-serverless/", "write",
 				"Applied services (read) and the leader lock (write).",
 			) + consulRule("key", consulroute.AdminKeysKey, "write",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 type RouteRemover interface {
 	Delete(ctx context.Context, namespace, service string) error
 	Registrations(ctx context.Context, revision string, index uint64) ([]consulroute.Registration, uint64, error)
+	// ReplicaRegistrations says which control-plane replicas run, for
+	// what is left after the wait.
+	ReplicaRegistrations(ctx context.Context) ([]consulroute.ReplicaRegistration, error)
 }
 
 // Delete removes a service: its route (Consul config entries and KV record)
@@ -87,8 +91,14 @@ func awaitGone(ctx context.Context, consul RouteRemover, revs []nomadjob.Revisio
 					fmt.Fprintf(diag, "nomad-serverless delete: %v\n", err)
 				case len(regs) > 0:
 					fmt.Fprintf(diag, "nomad-serverless delete: %s: still in Consul after %s (the service is deleted):\n", r.Name, wait)
+					last, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					replicas, rerr := consul.ReplicaRegistrations(last)
+					cancel()
+					if rerr != nil {
+						fmt.Fprintf(diag, "nomad-serverless delete: %v\n", rerr)
+					}
 					for _, reg := range regs {
-						fmt.Fprintf(diag, "  %s\n", describeLeftover(reg))
+						fmt.Fprintf(diag, "  %s\n", describeLeftover(reg, replicas, rerr == nil))
 					}
 				}
 				break
@@ -129,15 +139,23 @@ func describeWaiting(regs []consulroute.Registration) string {
 }
 
 // describeLeftover says what one registration left after the wait is, and
-// who removes it.
-func describeLeftover(r consulroute.Registration) string {
-	switch {
-	case r.Replica != "" && r.Status == "critical":
-		return fmt.Sprintf("%s on node %s: the stand-in of control-plane replica %s, which is not running: the leading replica removes it through that node's agent a few seconds after the replica's Consul session ended (or the replica itself when Nomad has restarted it, or Consul a minute after its check failed)", r.ID, r.Node, r.Replica)
-	case r.Replica != "":
-		return fmt.Sprintf("%s on node %s: the stand-in of control-plane replica %s (%s), which has not seen the delete yet: see its log (nomad alloc logs)", r.ID, r.Node, r.Replica, r.Status)
-	default:
+// who removes it. replicas are the control-plane replicas' activator
+// registrations (known: they could be read).
+func describeLeftover(r consulroute.Registration, replicas []consulroute.ReplicaRegistration, known bool) string {
+	if r.Replica == "" {
 		return fmt.Sprintf("%s on node %s (%s): its allocation has not stopped yet; Nomad removes it when it has (nomad job status shows the allocation)", r.ID, r.Node, r.Status)
+	}
+	what := fmt.Sprintf("%s on catalog node %s: the stand-in of control-plane replica %s", r.ID, r.Node, r.Replica)
+	i := slices.IndexFunc(replicas, func(x consulroute.ReplicaRegistration) bool { return x.Replica == r.Replica })
+	switch {
+	case !known:
+		return what + ", which has not removed it: if the replica runs, see its log (nomad alloc logs); if it died, the leading replica removes its stand-ins a few seconds after its Consul session ended"
+	case i < 0:
+		return what + ", which is gone: the next control-plane replica to start removes it (it removes the stand-ins of replicas no longer registered), or remove its node by hand: curl -X PUT $CONSUL_HTTP_ADDR/v1/catalog/deregister -d '{\"Node\":\"" + r.Node + "\"}'"
+	case replicas[i].Critical:
+		return what + ", which is not running: the leading replica removes its stand-ins a few seconds after the replica's Consul session ended (or the replica itself when Nomad has restarted it)"
+	default:
+		return what + ", which runs and has not seen the delete yet: see its log (nomad alloc logs)"
 	}
 }
 

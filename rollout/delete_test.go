@@ -18,6 +18,11 @@ type routeRemover struct {
 	f             *fakeCluster
 	err           error
 	registrations [][]consulroute.Registration
+	replicas      []consulroute.ReplicaRegistration
+}
+
+func (r routeRemover) ReplicaRegistrations(context.Context) ([]consulroute.ReplicaRegistration, error) {
+	return r.replicas, nil
 }
 
 func (r routeRemover) Registrations(ctx context.Context, _ string, index uint64) ([]consulroute.Registration, uint64, error) {
@@ -104,24 +109,39 @@ func TestDeleteWaitsUntilConsulListsNothing(t *testing.T) {
 }
 
 func TestDeleteSaysWhatConsulStillListsWhenTheWaitRunsOut(t *testing.T) {
-	f := newFakeCluster()
-	if code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", "")); code != exitOK {
-		t.Fatalf("deploy: %d\n%s%s", code, out, errs)
-	}
-	standIn := consulroute.Registration{ID: "hello-00001-activator-r2", Node: "node-2", Status: "critical", Replica: "r2"}
-	var out, diag bytes.Buffer
-	// Every query answers the dead replica's stand-in; blocking ones
-	// wait for the deadline.
-	rr := routeRemover{f: f, registrations: [][]consulroute.Registration{{standIn}}}
-	if err := Delete(context.Background(), f, stillThere{rr, standIn}, "default", "hello", 50*time.Millisecond, &out, &diag); err != nil {
-		t.Fatalf("a leftover is not a failed delete: %v", err)
-	}
-	want := "hello-00001-activator-r2 on node node-2: the stand-in of control-plane replica r2, which is not running: the leading replica removes it through that node's agent a few seconds after the replica's Consul session ended"
-	if !strings.Contains(diag.String(), want) || !strings.Contains(diag.String(), "still in Consul after 50ms") {
-		t.Errorf("diagnostics lack %q:\n%s", want, diag.String())
-	}
-	if strings.Contains(out.String(), "gone from Consul") {
-		t.Errorf("said gone:\n%s", out.String())
+	const node = "nomad-serverless-stand-ins-r2-07"
+	for _, tc := range []struct {
+		name     string
+		replicas []consulroute.ReplicaRegistration
+		want     string
+	}{
+		{"dead replica", []consulroute.ReplicaRegistration{{Replica: "r2", Critical: true}},
+			"hello-00001-activator-r2 on catalog node " + node + ": the stand-in of control-plane replica r2, which is not running: the leading replica removes its stand-ins a few seconds after the replica's Consul session ended"},
+		{"running replica", []consulroute.ReplicaRegistration{{Replica: "r2"}},
+			"the stand-in of control-plane replica r2, which runs and has not seen the delete yet: see its log"},
+		{"replica gone", nil,
+			"the stand-in of control-plane replica r2, which is gone: the next control-plane replica to start removes it (it removes the stand-ins of replicas no longer registered), or remove its node by hand: curl -X PUT $CONSUL_HTTP_ADDR/v1/catalog/deregister -d '{\"Node\":\"" + node + "\"}'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster()
+			if code, out, errs := runTestDeploy(t, f, parseDeployFile(t, "1", "")); code != exitOK {
+				t.Fatalf("deploy: %d\n%s%s", code, out, errs)
+			}
+			standIn := consulroute.Registration{ID: "hello-00001-activator-r2", Node: node, Status: "passing", Replica: "r2"}
+			var out, diag bytes.Buffer
+			// Every query answers the replica's stand-in; blocking ones
+			// wait for the deadline.
+			rr := routeRemover{f: f, registrations: [][]consulroute.Registration{{standIn}}, replicas: tc.replicas}
+			if err := Delete(context.Background(), f, stillThere{rr, standIn}, "default", "hello", 50*time.Millisecond, &out, &diag); err != nil {
+				t.Fatalf("a leftover is not a failed delete: %v", err)
+			}
+			if !strings.Contains(diag.String(), tc.want) || !strings.Contains(diag.String(), "still in Consul after 50ms") {
+				t.Errorf("diagnostics lack %q:\n%s", tc.want, diag.String())
+			}
+			if strings.Contains(out.String(), "gone from Consul") {
+				t.Errorf("said gone:\n%s", out.String())
+			}
+		})
 	}
 }
 

@@ -4,7 +4,7 @@
 # nomad-serverless-activator (and nomad-serverless-internal for its internal listener)
 # and, while a revision is at zero, one stand-in
 # instance in that revision's service (named <service>-<generation>, so a prefix).
-# The leader removes, through the agent that holds them, the stand-ins and
+# The leader removes, through the agent that holds them, the
 # activator registration of a replica that died (its session ended).
 service_prefix "" {
   policy = "write"
@@ -13,6 +13,13 @@ service_prefix "" {
 # Health queries list instances on every node.
 node_prefix "" {
   policy = "read"
+}
+
+# The stand-ins are catalog registrations on nodes of their own, without an
+# agent (16 per replica, named nomad-serverless-stand-ins-<replica>-NN): each
+# replica registers its own there, and the leader removes a dead replica's.
+node_prefix "nomad-serverless-stand-ins-" {
+  policy = "write"
 }
 
 # Applied services (read) and the leader lock (write).

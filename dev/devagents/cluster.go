@@ -41,6 +41,10 @@ type ClusterOptions struct {
 	// LogLevel is every agent's log_level; "" is INFO. A dev cluster has
 	// no ACLs.
 	LogLevel string
+	// CPUTotalCompute, HeartbeatTTL and HeartbeatGrace are as in
+	// ConfigOptions (zero: what the node measures, the short heartbeats).
+	CPUTotalCompute              int
+	HeartbeatTTL, HeartbeatGrace time.Duration
 	// ReadyTimeout bounds each wait; default 90s. Poll is the interval;
 	// default 200ms. StopGrace bounds each agent's stop when StartCluster
 	// fails half way; default 10s.
@@ -208,7 +212,7 @@ func (c *Cluster) writeConfigs(addrs []netip.Addr) error {
 	if err := os.MkdirAll(serverDir, 0o755); err != nil {
 		return fmt.Errorf("start a dev cluster: %w", err)
 	}
-	co := ConfigOptions{LogLevel: c.o.LogLevel}
+	co := ConfigOptions{LogLevel: c.o.LogLevel, CPUTotalCompute: c.o.CPUTotalCompute, HeartbeatTTL: c.o.HeartbeatTTL, HeartbeatGrace: c.o.HeartbeatGrace}
 	files := map[string]string{
 		filepath.Join(serverDir, "consul.hcl"): ClusterConsulServerConfig(c.Ports, co),
 		filepath.Join(serverDir, "nomad.hcl"):  ClusterNomadServerConfig(c.Ports, filepath.Join(serverDir, "nomad-data"), co),
@@ -411,6 +415,36 @@ func (c *Cluster) RestartNode(ctx context.Context, n *Node) error {
 		return fmt.Errorf("restart %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// RestartConsulAgent restarts node n's Consul agent as an operator's
+// `systemctl restart consul` would: SIGTERM (the agent leaves the cluster
+// gracefully, leave_on_terminate), a wait of at most grace for it to exit
+// (then SIGKILL), and a start with the same configuration and data, which
+// loads the services and checks it persisted. It returns when the agent
+// has joined again and knows the leader, with the window from the signal
+// to then.
+func (c *Cluster) RestartConsulAgent(ctx context.Context, n *Node, grace time.Duration) (KillWindow, error) {
+	if n.Consul == nil || n.Consul.Exited() {
+		return KillWindow{}, fmt.Errorf("restart the Consul agent of %s: it is not running", n.Name)
+	}
+	w := KillWindow{From: time.Now()}
+	n.consulKilled = true
+	_ = syscall.Kill(n.Consul.Pid(), syscall.SIGTERM)
+	select {
+	case <-n.Consul.Done():
+	case <-time.After(grace):
+		_ = syscall.Kill(-n.Consul.Pid(), syscall.SIGKILL)
+		<-n.Consul.Done()
+	}
+	if err := c.startConsulAgent(n); err != nil {
+		return w, fmt.Errorf("restart the Consul agent of %s: %w", n.Name, err)
+	}
+	if err := c.waitConsulAgent(ctx, n); err != nil {
+		return w, fmt.Errorf("restart the Consul agent of %s: %w", n.Name, err)
+	}
+	w.To = time.Now()
+	return w, nil
 }
 
 // Alive returns an error describing the first agent that has exited other

@@ -1,6 +1,7 @@
 package devagents
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"time"
@@ -123,8 +124,8 @@ advertise {
 server {
   enabled          = true
   bootstrap_expect = 1
-  # A dead node is marked down 2 to 6 s after its last heartbeat, not
-  # 15 to 20 s (devagents.ClusterHeartbeatGrace says why).
+  # By default a dead node is marked down 2 to 6 s after its last
+  # heartbeat, not 15 to 20 s (devagents.ClusterHeartbeatGrace says why).
   min_heartbeat_ttl = %q
   heartbeat_grace   = %q
 }
@@ -134,7 +135,7 @@ consul {
   grpc_address = "127.0.0.1:%d"
 }
 `, dataDir, o.logLevel(), p.NomadHTTP, p.NomadRPC, p.NomadSerf,
-		ClusterMinHeartbeatTTL.String(), ClusterHeartbeatGrace.String(), p.ConsulHTTP, p.ConsulGRPC)
+		cmp.Or(o.HeartbeatTTL, ClusterMinHeartbeatTTL).String(), cmp.Or(o.HeartbeatGrace, ClusterHeartbeatGrace).String(), p.ConsulHTTP, p.ConsulGRPC)
 }
 
 // NodeConsulConfig renders a node's Consul client agent: bound to the node's
@@ -223,5 +224,14 @@ plugin "raw_exec" {
   }
 }
 `, n.Name, n.NomadDataDir, a, o.logLevel(), n.Ports.NomadHTTP, n.Ports.NomadRPC, n.Ports.NomadSerf,
-		n.NomadServer, HostNetwork, n.MinDynamicPort, n.MaxDynamicPort, n.Ports.ConsulHTTP, n.Ports.ConsulGRPC, CloudFingerprintsOff)
+		n.NomadServer, HostNetwork, n.MinDynamicPort, n.MaxDynamicPort, n.Ports.ConsulHTTP, n.Ports.ConsulGRPC, CloudFingerprintsOff+cpuTotalCompute(o))
+}
+
+// cpuTotalCompute is the client block's cpu_total_compute line when o sets
+// one ("" otherwise).
+func cpuTotalCompute(o ConfigOptions) string {
+	if o.CPUTotalCompute <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("\n  cpu_total_compute = %d", o.CPUTotalCompute)
 }

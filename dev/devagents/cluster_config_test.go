@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestClusterServerConfigs(t *testing.T) {
@@ -128,5 +129,22 @@ func TestNodeAddrs(t *testing.T) {
 		if got, err := NodeAddrs(netip.MustParseAddr(tc.first), tc.n); err == nil {
 			t.Errorf("NodeAddrs(%s, %d) = %v, want an error", tc.first, tc.n, got)
 		}
+	}
+}
+
+// The soak's cluster: Nomad's default heartbeats and a declared compute.
+func TestClusterConfigsHeartbeatAndCompute(t *testing.T) {
+	p := Ports{NomadHTTP: 14646, NomadRPC: 14647, NomadSerf: 14648, ConsulHTTP: 18500, ConsulGRPC: 18502}
+	o := ConfigOptions{HeartbeatTTL: 10 * time.Second, HeartbeatGrace: 10 * time.Second, CPUTotalCompute: 16000}
+	server := hclAttrs(t, ClusterNomadServerConfig(p, "/tmp/c/server/nomad-data", o))
+	if server["server.min_heartbeat_ttl"] != "10s" || server["server.heartbeat_grace"] != "10s" {
+		t.Errorf("heartbeats: %v", server)
+	}
+	n := NodeConfig{Name: "node-1", Addr: netip.MustParseAddr("127.0.0.2"), NomadServer: "127.0.0.1:14647"}
+	if cfg := NodeNomadConfig(n, o); !strings.Contains(cfg, "cpu_total_compute = 16000") {
+		t.Errorf("no cpu_total_compute:\n%s", cfg)
+	}
+	if cfg := NodeNomadConfig(n, ConfigOptions{}); strings.Contains(cfg, "cpu_total_compute") {
+		t.Errorf("cpu_total_compute without one asked for:\n%s", cfg)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 )
 
 // ACL turns on ACLs in both agents: Consul with ConsulManagementToken as its
@@ -24,6 +25,17 @@ type ConfigOptions struct {
 	// HostVolumes are the Nomad client's host volumes, name to path on
 	// the node (the directory must exist when Nomad starts).
 	HostVolumes map[string]string
+	// CPUTotalCompute, when above 0, is the compute (MHz) the Nomad client
+	// declares instead of what it measures: the scale run's burst places
+	// 100 instances of 100 MHz on a 2-core node (raw_exec caps no CPU).
+	CPUTotalCompute int
+	// HeartbeatTTL and HeartbeatGrace, when above 0, are a dev cluster's
+	// Nomad server min_heartbeat_ttl and heartbeat_grace in place of
+	// ClusterMinHeartbeatTTL and ClusterHeartbeatGrace: the soak restarts
+	// a node's Nomad client, which takes longer than the short ones, and
+	// wants what a production server does (10 s each), not a node marked
+	// down.
+	HeartbeatTTL, HeartbeatGrace time.Duration
 }
 
 func (o ConfigOptions) logLevel() string {
@@ -144,6 +156,9 @@ acl {
 			s += fmt.Sprintf("  host_volume %q {\n    path = %q\n  }\n", name, o.HostVolumes[name])
 		}
 		s += "}\n"
+	}
+	if o.CPUTotalCompute > 0 {
+		s += fmt.Sprintf("\nclient {\n  cpu_total_compute = %d\n}\n", o.CPUTotalCompute)
 	}
 	return s
 }

@@ -42,7 +42,8 @@ type Consul struct {
 	lockDelay map[string]time.Time // key -> end of its lock delay
 	sessions  map[string]*session
 
-	services     map[string]*consulapi.AgentService // by ID
+	services     map[string]*consulapi.AgentService // by ID, on the agent's node
+	external     map[string]*externalNode           // agentless nodes by name (catalog API)
 	checks       map[string]*consulCheck            // by check ID
 	nameIndex    map[string]uint64                  // service name -> its last change
 	serviceIndex uint64                             // the last write to the catalog
@@ -59,6 +60,7 @@ func newConsul(opts Options) *Consul {
 		index: 10, // a fresh dev agent has written a few entries already
 		kv:    map[string]*consulapi.KVPair{}, kvTomb: map[string]uint64{}, lockDelay: map[string]time.Time{},
 		sessions: map[string]*session{}, services: map[string]*consulapi.AgentService{}, checks: map[string]*consulCheck{},
+		external:  map[string]*externalNode{},
 		nameIndex: map[string]uint64{}, config: map[string]map[string]*configEntry{},
 	}
 	forbidden := "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission"
@@ -74,6 +76,8 @@ func newConsul(opts Options) *Consul {
 		"PUT /v1/config": c.configSet, "GET /v1/config/{kind}": c.configList,
 		"GET /v1/config/{kind}/{name}": c.configGet, "DELETE /v1/config/{kind}/{name}": c.configDelete,
 		"GET /v1/discovery-chain/{name}": c.discoveryChain,
+		"PUT /v1/catalog/register":       c.catalogRegister, "PUT /v1/catalog/deregister": c.catalogDeregister,
+		"GET /v1/catalog/nodes": c.catalogNodes, "GET /v1/catalog/node-services/{node}": c.catalogNodeServices,
 	})
 	return c
 }

@@ -59,6 +59,9 @@ var serfCheck = checkWire{HealthCheck: consulapi.HealthCheck{Node: consulNodeNam
 // ServiceInstance is one registered service instance with its health, as
 // tests inspect it.
 type ServiceInstance struct {
+	// Node is the node that holds it: the agent's, or an agentless one
+	// registered through the catalog API.
+	Node    string
 	ID      string
 	Name    string
 	Tags    []string
@@ -76,8 +79,13 @@ func (c *Consul) Services(name string) []ServiceInstance {
 	defer c.mu.Unlock()
 	var out []ServiceInstance
 	for _, s := range c.servicesLocked(name, nil) {
-		out = append(out, ServiceInstance{ID: s.ID, Name: s.Service, Tags: slices.Clone(s.Tags), Address: s.Address,
+		out = append(out, ServiceInstance{Node: consulNodeName, ID: s.ID, Name: s.Service, Tags: slices.Clone(s.Tags), Address: s.Address,
 			Port: s.Port, Meta: maps.Clone(s.Meta), Status: c.aggregateLocked(s.ID, "")})
+	}
+	for _, e := range c.externalLocked(name, nil) {
+		s := e.service
+		out = append(out, ServiceInstance{Node: e.node.Node, ID: s.ID, Name: s.Service, Tags: slices.Clone(s.Tags), Address: s.Address,
+			Port: s.Port, Meta: maps.Clone(s.Meta), Status: e.status})
 	}
 	return out
 }
@@ -85,14 +93,7 @@ func (c *Consul) Services(name string) []ServiceInstance {
 // servicesLocked lists the instances of a service name ("" for all) that
 // carry every tag, sorted by ID.
 func (c *Consul) servicesLocked(name string, tags []string) []*consulapi.AgentService {
-	var out []*consulapi.AgentService
-	for _, s := range c.services {
-		if (name == "" || s.Service == name) && !slices.ContainsFunc(tags, func(t string) bool { return !slices.Contains(s.Tags, t) }) {
-			out = append(out, s)
-		}
-	}
-	slices.SortFunc(out, func(a, b *consulapi.AgentService) int { return cmp.Compare(a.ID, b.ID) })
-	return out
+	return sortedServices(c.services, name, tags)
 }
 
 // checksOfLocked lists a service instance's checks (all checks when id is
@@ -466,6 +467,17 @@ func (c *Consul) healthService(w http.ResponseWriter, r *http.Request) {
 			e.Service.Proxy = map[string]any{"Mode": "", "MeshGateway": map[string]any{}, "Expose": map[string]any{}}
 			out = append(out, e)
 		}
+		for _, x := range c.externalLocked(name, q["tag"]) {
+			if passingOnly && x.status != consulapi.HealthPassing {
+				continue
+			}
+			e := healthEntry{Node: x.node, Checks: append([]checkWire{}, x.checks...)}
+			cp := *x.service
+			cp.Tags = append([]string{}, x.service.Tags...)
+			e.Service.AgentService, e.Service.Connect = &cp, map[string]any{}
+			e.Service.Proxy = map[string]any{"Mode": "", "MeshGateway": map[string]any{}, "Expose": map[string]any{}}
+			out = append(out, e)
+		}
 		return out, c.indexOfLocked(name)
 	})
 	writeJSON(w, readHeaders(idx), entries)
@@ -492,7 +504,7 @@ func (c *Consul) healthState(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		out := []checkWire{}
-		for _, chk := range append([]checkWire{serfCheck}, c.checksOfLocked("")...) {
+		for _, chk := range append(append([]checkWire{serfCheck}, c.checksOfLocked("")...), c.externalChecksLocked()...) {
 			ok := state == "any" || chk.Status == state
 			if ok && eval != nil {
 				if ok, ferr = eval.Evaluate(chk.HealthCheck); ferr != nil {
@@ -523,6 +535,9 @@ func (c *Consul) healthChecks(w http.ResponseWriter, r *http.Request) {
 		for _, s := range c.servicesLocked(name, nil) {
 			out = append(out, c.checksOfLocked(s.ID)...)
 		}
+		for _, x := range c.externalLocked(name, nil) {
+			out = append(out, x.checks...)
+		}
 		return out, c.indexOfLocked(name)
 	})
 	writeJSON(w, readHeaders(idx), out)
@@ -539,6 +554,15 @@ func (c *Consul) catalogService(w http.ResponseWriter, r *http.Request) {
 		for _, s := range c.servicesLocked(name, r.URL.Query()["tag"]) {
 			out = append(out, consulapi.CatalogService{ID: theNode.ID, Node: theNode.Node, Address: theNode.Address,
 				Datacenter: theNode.Datacenter, TaggedAddresses: theNode.TaggedAddresses, NodeMeta: theNode.Meta,
+				ServiceID: s.ID, ServiceName: s.Service, ServiceAddress: s.Address, ServiceTaggedAddresses: s.TaggedAddresses,
+				ServiceTags: append([]string{}, s.Tags...), ServiceMeta: s.Meta, ServicePort: s.Port,
+				ServiceWeights: consulapi.Weights{Passing: 1, Warning: 1}, ServiceProxy: &consulapi.AgentServiceConnectProxyConfig{},
+				CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex})
+		}
+		for _, x := range c.externalLocked(name, r.URL.Query()["tag"]) {
+			s := x.service
+			out = append(out, consulapi.CatalogService{Node: x.node.Node, Address: x.node.Address,
+				Datacenter: x.node.Datacenter, TaggedAddresses: x.node.TaggedAddresses, NodeMeta: x.node.Meta,
 				ServiceID: s.ID, ServiceName: s.Service, ServiceAddress: s.Address, ServiceTaggedAddresses: s.TaggedAddresses,
 				ServiceTags: append([]string{}, s.Tags...), ServiceMeta: s.Meta, ServicePort: s.Port,
 				ServiceWeights: consulapi.Weights{Passing: 1, Warning: 1}, ServiceProxy: &consulapi.AgentServiceConnectProxyConfig{},

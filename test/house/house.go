@@ -79,4 +79,7 @@ var DatapathOnly = []string{"datapath/rawio", "datapath/h1", "datapath/broadcast
 // package that ships must not link them, directly or through another
 // module (grpc-go would grow every sidecar's binary by megabytes for a test
 // app's sake).
-var TestOnlyModules = []string{"google.golang.org/grpc"}
+//
+// gonum's plot draws the soak's figures (e2e): a test's picture, not
+// something the binary ships.
+var TestOnlyModules = []string{"google.golang.org/grpc", "gonum.org/v1/plot"}
