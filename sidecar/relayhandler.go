@@ -402,7 +402,7 @@ func (h *Handler) newRelay(log *slog.Logger) (*h2relay.Relay, error) {
 			MaxControlPerSecond: 100_000,
 			MaxResetsPerSecond:  100_000,
 		},
-		Dial: func(ctx context.Context) (net.Conn, error) {
+		Dial: func(ctx context.Context, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, "tcp", addr)
 		},
 		Handler: relayHandler{h: h},

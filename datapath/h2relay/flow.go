@@ -20,14 +20,16 @@ func (g *group) sendUp(st *Stream, data []byte, end bool, now time.Time) {
 		n := min(len(data), u.c.SendWindow(st.upID))
 		if n == len(data) {
 			if u.c.SendData(now, st.upID, data, end) == nil {
-				st.sess.down.c.Consumed(now, st.id, n)
+				g.creditDown(st, n, now)
+				st.keepSent(data)
 				st.sentUp += int64(n)
 				st.upEndSent = end
 			}
 			return
 		}
 		if n > 0 && u.c.SendData(now, st.upID, data[:n], false) == nil {
-			st.sess.down.c.Consumed(now, st.id, n)
+			g.creditDown(st, n, now)
+			st.keepSent(data[:n])
 			st.sentUp += int64(n)
 			data = data[n:]
 		}
@@ -54,7 +56,8 @@ func (g *group) pumpUp(st *Stream, now time.Time) {
 		if u.c.SendData(now, st.upID, st.toUp[:n], end) != nil {
 			return
 		}
-		down.c.Consumed(now, st.id, n)
+		g.creditDown(st, n, now)
+		st.keepSent(st.toUp[:n])
 		st.sentUp += int64(n)
 		st.upEndSent = end
 		// The frame's bytes are read by the Writer later in the turn:
@@ -68,7 +71,7 @@ func (g *group) pumpUp(st *Stream, now time.Time) {
 		if u.c.SendHeaders(now, st.upID, st.toUpTrailers, true, false) == nil {
 			st.upEndSent = true
 		}
-		st.toUpTrailers = nil
+		st.toUpTrailers, st.replay, st.replayLost = nil, nil, true
 	case st.toUpEnd:
 		if u.c.SendData(now, st.upID, nil, true) == nil {
 			st.upEndSent = true
@@ -81,9 +84,23 @@ func (g *group) pumpUp(st *Stream, now time.Time) {
 func (g *group) dropToUp(st *Stream, now time.Time) {
 	if len(st.toUp) > 0 {
 		g.mark(&st.sess.down)
-		st.sess.down.c.Consumed(now, st.id, len(st.toUp))
+		g.creditDown(st, len(st.toUp), now)
 	}
 	st.toUp, st.toUpTrailers = nil, nil
+	st.noCredit = 0
+}
+
+// creditDown gives n bytes of the client's, passed on (or dropped), back
+// to it; a replay's bytes (Rewind) were credited when they first went.
+func (g *group) creditDown(st *Stream, n int, now time.Time) {
+	if st.noCredit > 0 {
+		k := min(n, st.noCredit)
+		st.noCredit -= k
+		n -= k
+	}
+	if n > 0 {
+		st.sess.down.c.Consumed(now, st.id, n)
+	}
 }
 
 // sendDown passes data of the app's to the client: what the client's

@@ -60,12 +60,13 @@ type group struct {
 	mu       sync.Mutex
 	now      time.Time
 	sessions map[*session]struct{}
-	ups      []*upstream
-	pending  []*Stream // admitted, waiting for an upstream stream
-	opening  []*Stream // admitted this turn, opened at its end
-	dialing  bool
-	freed    bool // a stream left an upstream this turn: pending ones may fit
+	pools    map[string]*upPool // by Stream.Target
+	opening  []*Stream          // admitted this turn, opened at its end
+	freed    bool               // a stream left an upstream this turn: pending ones may fit
 	closed   bool
+	// rewindOK: the handler is in a callback where Stream.Rewind may
+	// take its stream back (Failed, Response).
+	rewindOK bool
 
 	timer   *time.Timer
 	timerAt time.Time
@@ -82,7 +83,7 @@ type group struct {
 const tickEvery = time.Second
 
 func newGroup(r *Relay) *group {
-	g := &group{r: r, h: r.cfg.Handler, sessions: map[*session]struct{}{}}
+	g := &group{r: r, h: r.cfg.Handler, sessions: map[*session]struct{}{}, pools: map[string]*upPool{}}
 	// Under the lock: the timer's function takes it first.
 	g.mu.Lock()
 	g.timerAt = time.Now().Add(tickEvery)
@@ -163,9 +164,11 @@ func (g *group) onTimer() {
 			}
 		}
 	}
-	for _, u := range g.ups {
-		g.mark(&u.side)
-		u.c.Tick(now)
+	for _, p := range g.pools {
+		for _, u := range p.ups {
+			g.mark(&u.side)
+			u.c.Tick(now)
+		}
 	}
 	g.armAt(next)
 	g.endTurn(now)
@@ -346,16 +349,18 @@ func (g *group) drive(now time.Time) {
 				// Its streams were delivered their resets; it leaves the
 				// pool and closes once its last bytes are out.
 				u.retiring, u.closing = true, true
-				for k, p := range g.ups {
-					if p == u {
-						g.ups = append(g.ups[:k], g.ups[k+1:]...)
+				p := u.pool
+				for k, q := range p.ups {
+					if q == u {
+						p.ups = append(p.ups[:k], p.ups[k+1:]...)
 						break
 					}
 				}
 				g.closers = append(g.closers, &u.side)
-				if len(g.pending) > 0 {
+				if len(p.pending) > 0 {
 					g.freed = true
 				}
+				g.forget(p)
 			}
 		}
 	}
@@ -407,8 +412,10 @@ func (g *group) cut() {
 	for s := range g.sessions {
 		s.down.nc.Close()
 	}
-	for _, u := range g.ups {
-		u.nc.Close()
+	for _, p := range g.pools {
+		for _, u := range p.ups {
+			u.nc.Close()
+		}
 	}
 	g.mu.Unlock()
 }

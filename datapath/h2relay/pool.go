@@ -19,6 +19,7 @@ import (
 // sessions.
 type upstream struct {
 	side
+	pool     *upPool
 	streams  map[uint32]*Stream // by upstream stream ID
 	retiring bool               // GOAWAY from the app or closing: no new streams
 	lost     bool               // the socket failed (not a protocol error)
@@ -87,8 +88,22 @@ func (g *group) onUp(u *upstream, a *Action, now time.Time) {
 				}
 				break
 			}
+			g.rewindOK = true
+			st.rewound = false
 			head := g.h.Response(st, a.Fields)
+			g.rewindOK = false
+			if st.rewound {
+				// The handler sends the stream again (the instance
+				// said the app did not serve it); this answer goes no
+				// further.
+				st.rewound = false
+				break
+			}
+			if st.phase == phaseAnswered {
+				break // answered by the handler instead
+			}
 			st.respStarted, st.status = true, status
+			st.replay, st.replayLost = nil, true
 			if s.down.c.SendHeaders(now, st.id, head, a.End, false) != nil {
 				g.cancelUp(st, http2.ErrCodeCancel)
 				st.phase = phaseAnswered
@@ -141,15 +156,19 @@ func (g *group) onUp(u *upstream, a *Action, now time.Time) {
 		}
 		s := st.sess
 		g.mark(&s.down)
-		st.phase = phaseAnswered
-		g.dropToUp(st, now)
 		code := a.Code
 		if u.lost {
 			code = http2.ErrCodeInternal
 		}
 		if !st.respStarted {
 			g.dropToDown(st, now)
-			g.h.Failed(st, err)
+			// Nothing is upstream now: held, for Rewind.
+			st.phase, st.up, st.upID = phaseHeld, nil, 0
+			if g.failed(st, err) {
+				return
+			}
+			st.phase = phaseAnswered
+			g.dropToUp(st, now)
 			if !st.respStarted {
 				s.down.c.Reset(now, st.id, code)
 			}
@@ -161,6 +180,8 @@ func (g *group) onUp(u *upstream, a *Action, now time.Time) {
 			st.phase = phaseUpstream
 			return
 		}
+		st.phase = phaseAnswered
+		g.dropToUp(st, now)
 		g.dropToDown(st, now)
 		s.down.c.Reset(now, st.id, code)
 	case DeliverCredit:
@@ -200,14 +221,43 @@ func parseStatus(v string) (int, bool) {
 // errBadResponse is a response head without a valid :status.
 var errBadResponse = errors.New("h2relay: the app's response has no valid :status")
 
-// openUp opens st upstream on a pooled connection, or waits for one (a
-// dial is started if the pool may grow).
+// upPool is a group's connections to one upstream target (Stream.Target:
+// the app's address in the sidecar, "" there; an instance's in the
+// gateway), and the streams waiting for one of them.
+type upPool struct {
+	target  string
+	ups     []*upstream
+	pending []*Stream // admitted, waiting for an upstream stream
+	dialing bool
+}
+
+// pool returns the group's pool for target, made on first use.
+func (g *group) pool(target string) *upPool {
+	if p := g.pools[target]; p != nil {
+		return p
+	}
+	p := &upPool{target: target}
+	g.pools[target] = p
+	return p
+}
+
+// forget drops a pool with nothing left in it (targets come and go: the
+// gateway's instances).
+func (g *group) forget(p *upPool) {
+	if len(p.ups) == 0 && len(p.pending) == 0 && !p.dialing && g.pools[p.target] == p {
+		delete(g.pools, p.target)
+	}
+}
+
+// openUp opens st upstream on a pooled connection to its target, or
+// waits for one (a dial is started if the pool may grow).
 func (g *group) openUp(st *Stream, now time.Time) {
 	if st.phase != phaseHeld || st.done {
 		return
 	}
 	end := st.reqEnded && len(st.toUp) == 0 && st.toUpTrailers == nil
-	for _, u := range g.ups {
+	p := g.pool(st.Target)
+	for _, u := range p.ups {
 		if u.retiring {
 			continue
 		}
@@ -224,71 +274,81 @@ func (g *group) openUp(st *Stream, now time.Time) {
 	}
 	if !st.inPend {
 		st.inPend = true
-		g.pending = append(g.pending, st)
+		st.pendIn = p
+		p.pending = append(p.pending, st)
 	}
-	g.maybeDial()
+	g.maybeDial(p)
 }
 
-// unpend takes st out of the pending list.
+// unpend takes st out of its pool's pending list.
 func (g *group) unpend(st *Stream) {
 	if !st.inPend {
 		return
 	}
 	st.inPend = false
-	for i, p := range g.pending {
-		if p == st {
-			g.pending = append(g.pending[:i], g.pending[i+1:]...)
-			return
+	p := st.pendIn
+	st.pendIn = nil
+	for i, q := range p.pending {
+		if q == st {
+			p.pending = append(p.pending[:i], p.pending[i+1:]...)
+			break
 		}
 	}
+	g.forget(p)
 }
 
 // retryPending tries the pending streams again (a stream or connection
 // left an upstream).
 func (g *group) retryPending(now time.Time) {
-	if len(g.pending) == 0 {
-		return
-	}
-	p := append([]*Stream(nil), g.pending...)
-	for _, st := range p {
-		g.openUp(st, now)
+	for _, p := range g.pools {
+		if len(p.pending) == 0 {
+			continue
+		}
+		q := append([]*Stream(nil), p.pending...)
+		for _, st := range q {
+			g.openUp(st, now)
+		}
 	}
 }
 
 // maybeDial starts a dial if streams wait and the pool may grow.
-func (g *group) maybeDial() {
-	if g.dialing || g.closed || len(g.ups) >= g.r.cfg.MaxUpstreams {
+func (g *group) maybeDial(p *upPool) {
+	if p.dialing || g.closed || len(p.ups) >= g.r.cfg.MaxUpstreams {
 		return
 	}
-	g.dialing = true
-	go g.dialUp()
+	p.dialing = true
+	go g.dialUp(p)
 }
 
-// dialUp makes an upstream connection; its goroutine then reads it.
-func (g *group) dialUp() {
+// dialUp makes an upstream connection of pool p; its goroutine then
+// reads it.
+func (g *group) dialUp(p *upPool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	nc, err := g.r.cfg.Dial(ctx)
+	nc, err := g.r.cfg.Dial(ctx, p.target)
 	cancel()
 	now := g.lock()
-	g.dialing = false
+	p.dialing = false
 	if err == nil && g.closed {
 		nc.Close()
 		g.endTurn(now)
 		return
 	}
 	if err != nil {
-		p := g.pending
-		g.pending = nil
+		q := p.pending
+		p.pending = nil
+		g.forget(p)
 		derr := &DialError{Err: err}
-		for _, st := range p {
-			st.inPend = false
+		for _, st := range q {
+			st.inPend, st.pendIn = false, nil
 			if st.done || st.phase != phaseHeld {
 				continue
 			}
-			st.phase = phaseAnswered
 			g.mark(&st.sess.down)
+			if g.failed(st, derr) {
+				continue // opened again elsewhere, or held anew
+			}
+			st.phase = phaseAnswered
 			g.dropToUp(st, now)
-			g.h.Failed(st, derr)
 			if !st.respStarted {
 				st.sess.down.c.Reset(now, st.id, http2.ErrCodeRefusedStream)
 			}
@@ -300,14 +360,32 @@ func (g *group) dialUp() {
 	u, err := g.newUpstream(nc, now)
 	if err != nil {
 		nc.Close()
+		g.forget(p)
 		g.endTurn(now)
 		return
 	}
-	g.ups = append(g.ups, u)
+	u.pool = p
+	p.ups = append(p.ups, u)
 	g.mark(&u.side)
 	g.retryPending(now)
 	g.endTurn(now)
 	g.readUp(u)
+}
+
+// failed tells the handler that st's upstream side failed before a
+// response started; true: the handler took the stream back (Rewind) to
+// open it again, and it is not to be answered.
+func (g *group) failed(st *Stream, err error) bool {
+	g.rewindOK = true
+	st.rewound = false
+	g.h.Failed(st, err)
+	g.rewindOK = false
+	if st.rewound {
+		st.rewound = false
+		g.touch(st)
+		return true
+	}
+	return false
 }
 
 func (g *group) newUpstream(nc net.Conn, now time.Time) (*upstream, error) {
@@ -328,9 +406,11 @@ func (g *group) newUpstream(nc net.Conn, now time.Time) (*upstream, error) {
 // retire drains the group's upstream connections (the relay drains and
 // its last connection ended): each closes after its last stream.
 func (g *group) retire(now time.Time) {
-	for _, u := range g.ups {
-		u.retiring = true
-		g.mark(&u.side)
-		u.c.Drain(now)
+	for _, p := range g.pools {
+		for _, u := range p.ups {
+			u.retiring = true
+			g.mark(&u.side)
+			u.c.Drain(now)
+		}
 	}
 }

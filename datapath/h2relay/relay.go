@@ -82,8 +82,11 @@ type RelayConfig struct {
 	// Down is the downstream connections' limits (Role is set to
 	// Server); Up the upstream ones' (Role Client).
 	Down, Up Config
-	// Dial makes an upstream connection (h2c, prior knowledge).
-	Dial func(ctx context.Context) (net.Conn, error)
+	// Dial makes an upstream connection (h2c, prior knowledge) to target
+	// (a stream's Target: "" unless the handler sets one, as the
+	// gateway does with an instance's address). Each target has a pool
+	// of its own in each group.
+	Dial func(ctx context.Context, target string) (net.Conn, error)
 	// Handler admits and accounts for the streams.
 	Handler Handler
 	// WriteTimeout cuts a connection whose peer takes no bytes for that

@@ -35,11 +35,20 @@ type Stream struct {
 	Arrived time.Time
 	// User is the handler's.
 	User any
+	// Target is the upstream the stream opens on (RelayConfig.Dial's
+	// target), set by the handler before the stream is admitted; "" by
+	// default.
+	Target string
+	// KeepBody is how many bytes of the request body the relay keeps,
+	// once sent upstream and until the response starts, so that the
+	// handler may send the stream again (Rewind); 0: none.
+	KeepBody int
 
 	phase     streamPhase
 	granted   bool // Grant or Proceed: it may open upstream
 	grantedAt time.Time
-	inPend    bool // in the session's list of streams waiting for an upstream
+	inPend    bool    // in a pool's list of streams waiting for an upstream
+	pendIn    *upPool // that pool
 	up        *upstream
 	upID      uint32
 	refusals  int
@@ -52,6 +61,14 @@ type Stream struct {
 	reqEnded     bool // the client ended its side (END_STREAM)
 	upEndSent    bool
 	sentUp       int64
+	// replay is what went upstream of the body, kept for Rewind (at most
+	// KeepBody); replayLost: more went, or trailers, or the response
+	// started: the stream cannot be sent again. noCredit is how much of
+	// the front of toUp is a replay, already credited to the client.
+	replay     []byte
+	replayLost bool
+	noCredit   int
+	rewound    bool // Rewind took it back in the current callback
 
 	// App to client.
 	toDown         []byte
@@ -185,4 +202,89 @@ func (s *Stream) Cancel(code http2.ErrCode) {
 	g.mark(&s.sess.down)
 	s.sess.down.c.Reset(g.now, s.id, code)
 	g.touch(s)
+}
+
+// Rewind takes back a stream whose upstream side failed before its
+// response started (a dial, a reset, an answer the handler will not pass
+// on), so that the handler sends it again; from Handler.Failed and
+// Handler.Response only. What of the body went upstream is sent again
+// from what the relay kept (KeepBody). It reports false, changing
+// nothing, when that cannot be: more of the body went than was kept,
+// trailers went, or the response started. After it the stream is held
+// and not admitted; the handler sets Target and admits it again with
+// Open (in the callback) or Admit (later, from elsewhere), or answers it.
+func (s *Stream) Rewind() bool {
+	g := s.sess.g
+	if !g.rewindOK || s.respStarted || s.done || s.replayLost {
+		return false
+	}
+	if s.phase == phaseUpstream && s.up != nil {
+		g.mark(&s.up.side)
+		s.up.c.Reset(g.now, s.upID, http2.ErrCodeCancel)
+		delete(s.up.streams, s.upID)
+		g.freed = true
+	}
+	g.dropToDown(s, g.now)
+	g.unpend(s)
+	if len(s.replay) > 0 {
+		// Credited to the client when it first went: not again.
+		s.toUp = append(s.replay, s.toUp...)
+		s.noCredit += len(s.replay)
+		s.replay = nil
+	}
+	s.sentUp = 0
+	s.toUpEnd = s.reqEnded
+	s.upEndSent = false
+	s.phase, s.up, s.upID = phaseHeld, nil, 0
+	s.granted, s.grantedAt = false, time.Time{}
+	s.rewound = true
+	g.touch(s)
+	return true
+}
+
+// Open admits a held stream from a handler callback other than Request
+// (which returns Proceed instead): it opens upstream, to its Target, at
+// the end of the turn.
+func (s *Stream) Open() {
+	if s.done || s.phase != phaseHeld || s.granted {
+		return
+	}
+	g := s.sess.g
+	s.granted, s.grantedAt = true, g.now
+	g.opening = append(g.opening, s)
+}
+
+// Admit is Grant with a decision: from any goroutine but the handler's
+// callbacks, it runs fn with the stream's session locked, if the stream
+// is still held; fn sets Target (or answers the stream with Respond) and
+// returns whether to open it upstream. Admit reports false, without
+// calling fn, when the stream ended or was admitted meanwhile: whatever
+// the caller reserved for it is the caller's to give back.
+func (s *Stream) Admit(fn func(now time.Time) bool) bool {
+	g := s.sess.g
+	now := g.lock()
+	if s.done || s.phase != phaseHeld || s.granted {
+		g.mu.Unlock()
+		return false
+	}
+	if fn(now) && !s.done && s.phase == phaseHeld && !s.granted {
+		s.granted, s.grantedAt = true, now
+		g.openUp(s, now)
+		g.h.Timer(s, now)
+	}
+	g.touch(s)
+	g.endTurn(now)
+	return true
+}
+
+// keepSent keeps b, sent upstream, for Rewind while it fits KeepBody.
+func (s *Stream) keepSent(b []byte) {
+	if s.replayLost || len(b) == 0 {
+		return
+	}
+	if len(s.replay)+len(b) > s.KeepBody {
+		s.replay, s.replayLost = nil, true
+		return
+	}
+	s.replay = append(s.replay, b...)
 }

@@ -141,6 +141,7 @@ func (s *session) onDown(a *Action, now time.Time) {
 				if st.up.c.SendHeaders(now, st.upID, a.Fields, true, false) == nil {
 					st.upEndSent = true
 				}
+				st.replay, st.replayLost = nil, true
 				break
 			}
 			st.toUpTrailers, st.toUpEnd = a.Fields, true
