@@ -58,6 +58,15 @@ type Config struct {
 	// upstream) is not held back as a whole by one slow reader, whose
 	// own stream window still bounds what the relay holds for it.
 	CreditConnOnReceipt bool
+	// PrematureResetStreams, when set, closes the connection
+	// (ENHANCE_YOUR_CALM) once the peer opened at least that many
+	// streams and reset at least half of them within
+	// PrematureResetLifetime [1 s] of their start: Envoy's
+	// overload.premature_reset rule, which bounds rapid reset by streams
+	// whatever the attacker's pace, where MaxResetsPerSecond bounds it
+	// by time.
+	PrematureResetStreams  int
+	PrematureResetLifetime time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -83,6 +92,9 @@ func (c *Config) setDefaults() {
 	if c.MaxResetsPerSecond == 0 {
 		c.MaxResetsPerSecond = 200
 	}
+	if c.PrematureResetLifetime == 0 {
+		c.PrematureResetLifetime = time.Second
+	}
 }
 
 func (c *Config) validate() error {
@@ -102,7 +114,7 @@ func (c *Config) validate() error {
 	if c.IdleTimeout < 0 || c.SettingsTimeout < 0 || c.PingTimeout < 0 {
 		errs = append(errs, errors.New("timeouts must not be negative"))
 	}
-	if c.MaxControlPerSecond < 0 || c.MaxResetsPerSecond < 0 {
+	if c.MaxControlPerSecond < 0 || c.MaxResetsPerSecond < 0 || c.PrematureResetStreams < 0 || c.PrematureResetLifetime < 0 {
 		errs = append(errs, errors.New("flood limits must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -166,6 +178,7 @@ type stream struct {
 	deadline      time.Time
 	peerInitiated bool
 	resetByPeerAt time.Time
+	openedAt      time.Time // a peer's stream's start (premature resets)
 }
 
 // Conn is one HTTP/2 connection's protocol state, as a pure state machine
@@ -223,6 +236,8 @@ type Conn struct {
 	// Flood accounting: counts within the current second.
 	floodSecond              time.Time
 	controlCount, resetCount int
+	// Premature resets: the peer's streams, and those it reset early.
+	peerStreams, premature int
 }
 
 // NewConn starts a connection's state at now; its first Actions are this
@@ -597,9 +612,10 @@ func (c *Conn) stepHeaders(now time.Time, f *http2.MetaHeadersFrame) {
 			c.emit(Action{Kind: WriteRST, Stream: id, Code: http2.ErrCodeRefusedStream})
 			return
 		}
-		s = &stream{id: id, peerInitiated: true, send: c.peerInitialWindow, recv: int64(c.cfg.StreamWindow)}
+		s = &stream{id: id, peerInitiated: true, send: c.peerInitialWindow, recv: int64(c.cfg.StreamWindow), openedAt: now}
 		c.streams[id] = s
 		c.peerOpen++
+		c.peerStreams++
 	}
 	e := RecvHeaders
 	switch {
@@ -662,10 +678,17 @@ func (c *Conn) stepRST(now time.Time, f *http2.RSTStreamFrame) {
 	if !c.countControl(now, true) {
 		return
 	}
+	early := known && s.peerInitiated && now.Sub(s.openedAt) < c.cfg.PrematureResetLifetime
 	if !c.apply(s, RecvRST) || !known {
 		return
 	}
 	c.emit(Action{Kind: DeliverReset, Stream: f.StreamID, Code: f.ErrCode})
+	if early && c.cfg.PrematureResetStreams > 0 {
+		c.premature++
+		if c.peerStreams >= c.cfg.PrematureResetStreams && 2*c.premature >= c.peerStreams {
+			c.connError(http2.ErrCodeEnhanceYourCalm)
+		}
+	}
 }
 
 func (c *Conn) stepGoAway(now time.Time, f *http2.GoAwayFrame) {
