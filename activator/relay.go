@@ -348,16 +348,36 @@ func (h relayHandler) deadline(s *h2relay.Stream, c *rstream) (time.Time, int) {
 	if c.rev == nil || c.cfg == nil {
 		return time.Time{}, dlNone
 	}
-	if s.Started() {
-		last := s.LastSent()
+	return streamDeadline(streamClock{
+		arrived: c.started, granted: s.GrantedAt(), lastSent: s.LastSent(),
+		waiting: c.w != nil, started: s.Started(),
+	}, c.cfg.timeout, h.g.cfg.QueueTimeout)
+}
+
+// streamClock is what a relayed stream's deadline depends on.
+type streamClock struct {
+	arrived, granted, lastSent time.Time
+	waiting                    bool // in the revision's queue
+	started                    bool // its response started
+}
+
+// streamDeadline is a relayed stream's next deadline and its kind, as
+// serve bounds a request: in the queue, the queue timeout or the
+// revision's timeout from arrival, whichever comes first; dispatched, the
+// timeout from arrival until the response starts (504 then); once it
+// started, the stall bound (timeout plus stallSlack) from the last body
+// bytes sent, or from the dispatch (the stream is cut then).
+func streamDeadline(c streamClock, timeout, queueTimeout time.Duration) (time.Time, int) {
+	if c.started {
+		last := c.lastSent
 		if last.IsZero() {
-			last = s.GrantedAt()
+			last = c.granted
 		}
-		return last.Add(c.cfg.timeout + stallSlack), dlStall
+		return last.Add(timeout + stallSlack), dlStall
 	}
-	at, kind := c.started.Add(c.cfg.timeout), dlTimeout
-	if c.w != nil {
-		if q := c.started.Add(h.g.cfg.QueueTimeout); q.Before(at) {
+	at, kind := c.arrived.Add(timeout), dlTimeout
+	if c.waiting {
+		if q := c.arrived.Add(queueTimeout); q.Before(at) {
 			at, kind = q, dlQueue
 		}
 	}
