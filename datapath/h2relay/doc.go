@@ -2,7 +2,7 @@
 // cost"): the protocol state of one HTTP/2 connection, as a pure state
 // machine in the style of etcd's raft, and the relay between connections
 // built on it, which replaces net/http's HTTP/2 server and transport in
-// the sidecar (for h2c apps) and is to replace them in the gateway.
+// the sidecar (for h2c apps) and in the gateway.
 //
 // # Why a state machine
 //
@@ -82,15 +82,21 @@
 //     Streams admitted in a turn are opened upstream at its end: one reset
 //     in the frames read with its head never reaches the app.
 //
+//   - Targets, Rewind, Admit (pool.go, relaystream.go): a pool of upstream
+//     connections per target (Stream.Target, RelayConfig.Dial's target)
+//     in each group, for the gateway, whose streams go to the instances
+//     it picks (activator/relay.go); a stream whose upstream side failed
+//     before its response can be taken back (Rewind, from Failed or
+//     Response: its body replayed from a copy kept up to KeepBody) and
+//     opened elsewhere (Open) or later (Admit, from the goroutine that
+//     freed a slot). TestRelayTargetsRewindAdmit.
+//
 // # What remains (in this order)
 //
-//  1. The gateway: its h2c and h2 listeners and its connections to
-//     sidecars (routing, splitting and holding at zero per stream, as the
-//     sidecar's Handler does the breaker).
-//  2. Spans on the relay (a traced sidecar keeps net/http's HTTP/2 now),
+//  1. Spans on the relay (a traced sidecar keeps net/http's HTTP/2 now),
 //     and the probe that waits for readiness (answered at once on the
 //     relay; the gateway's waiting probes come over HTTP/1.1).
-//  3. make e2e on both pairs (e2e 23 passes through the sidecar's relay;
+//  2. make e2e on both pairs (e2e 23 passes through the sidecar's relay;
 //     RSS at 1,000 idle connections and 10,000 open streams is in the
 //     design notes, loadbench -mode relay-mem).
 package h2relay
