@@ -513,11 +513,13 @@ func (h relayHandler) retry(s *h2relay.Stream, c *rstream, fl failure, err error
 	}
 	c.tries++
 	rev.metrics().retries.Inc()
-	g.log.Debug("instance could not serve the request; retrying on another", "revision", rev.name, "instance", old.hostPort)
-	c.b = nil
-	// Released outside the relay's lock: a slot freed here may go to a
-	// waiting stream of this very group.
-	go rev.release(old)
+	if old != nil {
+		g.log.Debug("instance could not serve the request; retrying on another", "revision", rev.name, "instance", old.hostPort)
+		c.b = nil
+		// Released outside the relay's lock: a slot freed here may go
+		// to a waiting stream of this very group.
+		go rev.release(old)
+	}
 	b := rev.tryAcquire()
 	if b == nil {
 		var qerr error
