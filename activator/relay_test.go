@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/nomad-serverless/nomad-serverless/consulroute"
 	"github.com/nomad-serverless/nomad-serverless/spec"
+	"github.com/nomad-serverless/nomad-serverless/test/rawh2"
 )
 
 // The relayed stream's deadlines, as serve bounds a request.
@@ -178,5 +181,32 @@ func TestRelayHeldAtZeroThenServed(t *testing.T) {
 		if r.code != 200 || r.body != "hello-00001 http hello.default.localhost 1" {
 			t.Fatalf("%d %q", r.code, r.body)
 		}
+	}
+}
+
+// A client that PINGs thousands of times a second keeps its connection,
+// as grpc-go's window estimates do on a busy one (make bench-grpc's 32
+// streams on one connection lost it at the relay's default of 1,000 a
+// second), and its PINGs are answered.
+func TestRelayManyPingsKeepTheConnection(t *testing.T) {
+	sc := newFakeSidecar(t, true, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	cat := oneRevision(0, time.Minute)
+	cat.SetReady("hello-00001", []consulroute.Instance{sc.instance("hello-00001")})
+	c := rawh2.Dial(t, serveScreened(t, startGateway(t, cat, nil, nil).g))
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	const pings = 3000
+	for i := range pings {
+		if err := c.Frames(func(fr *http2.Framer) error { return fr.WritePing(false, [8]byte{byte(i), byte(i >> 8)}) }); err != nil {
+			t.Fatalf("ping %d: %v", i, err)
+		}
+	}
+	if err := c.Request(1, "GET", "hello.default.localhost", "/", true); err != nil {
+		t.Fatal(err)
+	}
+	o, ok := c.Wait(rawh2.Within, func(o *rawh2.Outcome) bool { return o.Ended[1] })
+	if !ok || o.Over() || o.Statuses[1] != "200" {
+		t.Fatalf("after %d PINGs: %s", pings, &o)
 	}
 }
