@@ -96,6 +96,9 @@ func (g *Gateway) newRelay(sc scope, scheme string) (*h2relay.Relay, error) {
 		},
 		Handler: relayHandler{g: g, sc: sc, scheme: scheme},
 		Log:     g.log,
+		// net/http's Server.Close closes the client connections it
+		// handed over: read by goroutines, they end with it.
+		NoEventLoopDown: true,
 	})
 }
 

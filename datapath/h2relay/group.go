@@ -2,6 +2,7 @@ package h2relay
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ type side struct {
 	// down is the session of a downstream side; nil for an upstream.
 	down *session
 	up   *upstream
+	// ep is the event loop's hold on the socket (nil: a reader goroutine
+	// reads it).
+	ep *esock
 }
 
 // group is a lock domain of the relay: a set of downstream connections
@@ -70,6 +74,9 @@ type group struct {
 
 	timer   *time.Timer
 	timerAt time.Time
+	// loop reads the group's TCP sockets (eploop_linux.go); nil where
+	// there is none: a reader goroutine per socket.
+	loop *eploop
 
 	dirty   []*side // sides whose Conn was called this turn
 	touched []*Stream
@@ -84,6 +91,9 @@ const tickEvery = time.Second
 
 func newGroup(r *Relay) *group {
 	g := &group{r: r, h: r.cfg.Handler, sessions: map[*session]struct{}{}, pools: map[string]*upPool{}}
+	if !r.cfg.NoEventLoop {
+		g.loop = newEploop(g)
+	}
 	// Under the lock: the timer's function takes it first.
 	g.mu.Lock()
 	g.timerAt = time.Now().Add(tickEvery)
@@ -109,9 +119,9 @@ func (g *group) mark(sd *side) {
 	}
 }
 
-// newFramer reads frames from br as the relay's Conns expect them.
-func newFramer(br *bufio.Reader, cfg *Config) *http2.Framer {
-	fr := http2.NewFramer(nil, br)
+// newFramer reads frames from r as the relay's Conns expect them.
+func newFramer(r io.Reader, cfg *Config) *http2.Framer {
+	fr := http2.NewFramer(nil, r)
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	fr.MaxHeaderListSize = cfg.MaxHeaderListSize
 	fr.SetMaxReadFrameSize(cfg.MaxFrameSize)
@@ -196,7 +206,7 @@ func (g *group) touch(st *Stream) {
 func (g *group) endTurn(now time.Time) {
 	g.turn(now)
 	g.openAdmitted(now)
-	g.claimAndUnlock(now)
+	g.claimAndUnlock(now, false)
 }
 
 // openAdmitted opens upstream the streams admitted during the turn. They
@@ -240,8 +250,10 @@ func (g *group) turn(now time.Time) {
 }
 
 // claimAndUnlock claims the writes no goroutine is making, unlocks,
-// writes them and tells the handler of the streams that ended.
-func (g *group) claimAndUnlock(now time.Time) {
+// writes them and tells the handler of the streams that ended. The event
+// loop's writes (loop) do not block: what a socket does not take at once
+// goes on in a goroutine.
+func (g *group) claimAndUnlock(now time.Time, loop bool) {
 	// Each goroutine its own list: it is read after the unlock.
 	var fbuf [4]*side
 	flush := fbuf[:0]
@@ -251,7 +263,7 @@ func (g *group) claimAndUnlock(now time.Time) {
 				// The peer takes nothing while the relay has much more
 				// for it than the windows should allow: cut it.
 				sd.shut = true
-				sd.nc.Close()
+				sd.close()
 			}
 			return
 		}
@@ -275,6 +287,10 @@ func (g *group) claimAndUnlock(now time.Time) {
 	g.done = nil
 	g.mu.Unlock()
 	for _, sd := range flush {
+		if loop {
+			g.tryWrite(sd, now)
+			continue
+		}
 		g.write(sd, now)
 	}
 	for _, st := range done {
@@ -310,11 +326,52 @@ func (g *group) write(sd *side, now time.Time) {
 			// A failed write: the reader finds the socket closed and
 			// ends the connection's streams.
 			sd.shut = true
-			sd.nc.Close()
+			sd.close()
 		}
 		g.mu.Unlock()
 		return
 	}
+}
+
+// tryWrite is write for the event loop: it writes what the socket takes
+// now, and hands the rest to a goroutine of its own.
+func (g *group) tryWrite(sd *side, now time.Time) {
+	if sd.ep == nil {
+		go g.write(sd, now)
+		return
+	}
+	for {
+		n, err := sd.ep.tryWrite(sd.out)
+		if err == nil && n < len(sd.out) {
+			sd.out = sd.out[n:]
+			go g.write(sd, now)
+			return
+		}
+		g.mu.Lock()
+		sd.out = sd.out[:0]
+		if err == nil && sd.w.Buffered() > 0 && !sd.shut {
+			sd.out = sd.w.Take(sd.out)
+			g.mu.Unlock()
+			continue
+		}
+		sd.writing = false
+		if (err != nil || sd.closing) && !sd.shut {
+			sd.shut = true
+			sd.close()
+		}
+		g.mu.Unlock()
+		return
+	}
+}
+
+// close closes the side's socket (group locked); one the event loop reads
+// is shut down instead, and closed by the loop once it read its end.
+func (sd *side) close() {
+	if sd.ep != nil && !sd.ep.ended {
+		sd.ep.shutdown()
+		return
+	}
+	sd.nc.Close()
 }
 
 // drive carries out the actions of the connections called this turn
@@ -410,11 +467,13 @@ func (g *group) cut() {
 	g.closed = true
 	g.timer.Stop()
 	for s := range g.sessions {
-		s.down.nc.Close()
+		s.down.shut = true
+		s.down.close()
 	}
 	for _, p := range g.pools {
 		for _, u := range p.ups {
-			u.nc.Close()
+			u.shut = true
+			u.close()
 		}
 	}
 	g.mu.Unlock()

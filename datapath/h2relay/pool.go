@@ -367,6 +367,15 @@ func (g *group) dialUp(p *upPool) {
 	u.pool = p
 	p.ups = append(p.ups, u)
 	g.mark(&u.side)
+	if g.loop != nil {
+		cfg := u.c.cfg
+		if _, ok := g.loop.add(&u.side, nil, &cfg); ok {
+			// The event loop reads it from now on.
+			g.retryPending(now)
+			g.endTurn(now)
+			return
+		}
+	}
 	g.retryPending(now)
 	g.endTurn(now)
 	g.readUp(u)

@@ -105,6 +105,15 @@ type RelayConfig struct {
 	Groups int
 	// Log receives connection-level events; nil discards them.
 	Log *slog.Logger
+	// NoEventLoop reads every socket with a goroutine of its own instead
+	// of the groups' event loops (eploop_linux.go; tests, comparisons).
+	NoEventLoop bool
+	// NoEventLoopDown reads the downstream sockets with a goroutine each
+	// (the upstream ones stay in the event loops): for a caller whose
+	// server may close a connection under the relay (net/http's
+	// Server.Close closes the connections it handed over), which a loop
+	// would never see end.
+	NoEventLoopDown bool
 }
 
 // Relay relays HTTP/2 streams from downstream connections (ServeConn) to
@@ -211,7 +220,7 @@ func (r *Relay) ServeConn(nc net.Conn, held []byte) {
 		r.wg.Done()
 	}()
 	s.start(draining)
-	s.readDown()
+	s.serve()
 }
 
 // Drain sends every connection a GOAWAY (those accepted later too): their

@@ -49,7 +49,26 @@ func (s *session) start(draining bool) {
 	if draining {
 		s.down.c.Drain(now)
 	}
+	if g.loop != nil && !g.closed && !g.r.cfg.NoEventLoopDown {
+		cfg := s.down.c.cfg
+		if es, ok := g.loop.add(&s.down, s.held, &cfg); ok {
+			s.held = nil
+			if len(es.rest) > 0 {
+				g.loop.steps(es, es.rest, true, now)
+			}
+		}
+	}
 	g.endTurn(now)
+}
+
+// serve reads the connection until it ends: the event loop does, and
+// serve waits for it, or serve reads it itself.
+func (s *session) serve() {
+	if es := s.down.ep; es != nil {
+		<-es.done
+		return
+	}
+	s.readDown()
 }
 
 // readDown reads the downstream connection's frames until it ends.
@@ -89,7 +108,7 @@ func (s *session) readDown() {
 			if len(g.sessions) == 0 && g.r.isDraining() {
 				g.retire(now)
 			}
-			g.claimAndUnlock(now)
+			g.claimAndUnlock(now, false)
 			return
 		}
 		g.endTurn(now)
