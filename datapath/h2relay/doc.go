@@ -91,6 +91,11 @@
 //     opened elsewhere (Open) or later (Admit, from the goroutine that
 //     freed a slot). TestRelayTargetsRewindAdmit.
 //
+//   - The event loop (eploop_linux.go): each group's TCP sockets are read
+//     by one epoll loop, not a goroutine each; writes it claims are tried
+//     without blocking and finished by a goroutine; a socket closed
+//     under it is shut down and closed by the loop.
+//
 // # What remains (in this order)
 //
 //  1. Spans on the relay (a traced sidecar keeps net/http's HTTP/2 now),
