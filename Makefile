@@ -109,6 +109,7 @@ bench-gateway: build
 # connections (grpc-go client and server; bench/ does not ship).
 bench-grpc: build
 	$(GO) run ./bench/loadbench -mode grpc -bin $(BIN) $(BENCHFLAGS)
+	$(GO) run ./bench/loadbench -mode grpc-sidecar -bin $(BIN) $(BENCHFLAGS)
 
 # The HTTPS port against HAProxy terminating TLS with the same certificate
 # in front of the same sidecar (bench/loadbench/tls.go).

@@ -56,6 +56,7 @@ import (
 	"github.com/nomad-serverless/nomad-serverless/canary"
 	"github.com/nomad-serverless/nomad-serverless/catalog"
 	"github.com/nomad-serverless/nomad-serverless/datapath/h2proxy"
+	"github.com/nomad-serverless/nomad-serverless/datapath/h2relay"
 	"github.com/nomad-serverless/nomad-serverless/datapath/keepalive"
 	"github.com/nomad-serverless/nomad-serverless/spec"
 	"github.com/nomad-serverless/nomad-serverless/tracing"
@@ -235,6 +236,9 @@ type Gateway struct {
 
 	takeOversMu sync.Mutex
 	takeOvers   []*takeOver // one per Server
+
+	relaysMu sync.Mutex
+	relays   []*h2relay.Relay // one per server whose HTTP/2 they serve
 }
 
 // New checks cfg and returns a gateway that already routes by the
@@ -497,6 +501,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.buildMu.Unlock()
 			g.bg.Wait()
 			g.stopTakeOvers(takeOverDrain)
+			g.stopRelays(takeOverDrain)
 			return nil
 		case <-changed:
 			changed = g.cat.Changed()
@@ -724,7 +729,7 @@ func (g *Gateway) maybeWake(r *revision) {
 // own (idle ones at once, busy ones after their response), but it does
 // not wait for them: Run does, when its context ends, so stop both.
 func (g *Gateway) Server(addr string) *http.Server {
-	return g.plainServer(addr, g.serveHTTP)
+	return g.plainServer(addr, g.serveHTTP, publicScope)
 }
 
 // InternalServer is Server for the internal listener (serve
@@ -734,12 +739,12 @@ func (g *Gateway) Server(addr string) *http.Server {
 // everything is reachable). It has no HTTPS, no ACME challenges and no
 // redirects. Serve it on Listener(ln) as well.
 func (g *Gateway) InternalServer(addr string) *http.Server {
-	return g.plainServer(addr, g.serveInternal)
+	return g.plainServer(addr, g.serveInternal, internalScope)
 }
 
 // plainServer is the server of a plain (h1 and h2c) listener whose
 // requests serve handles.
-func (g *Gateway) plainServer(addr string, serve http.HandlerFunc) *http.Server {
+func (g *Gateway) plainServer(addr string, serve http.HandlerFunc, sc scope) *http.Server {
 	t := newTakeOver(g, serve, nil)
 	// HTTP/1.1, and HTTP/2 with prior knowledge (h2c: what gRPC clients
 	// without TLS speak). Every HTTP/2 stream is a request like any other:
@@ -765,7 +770,26 @@ func (g *Gateway) plainServer(addr string, serve http.HandlerFunc) *http.Server 
 		ConnContext:       withH2Conn,
 	}
 	srv.RegisterOnShutdown(t.shutdown)
+	g.useRelay(srv, sc, "http", false)
 	return srv
+}
+
+// useRelay serves srv's HTTP/2 connections with the gateway's relay
+// (relay.go) unless tracing is on (the relay makes no spans): net/http's
+// HTTP/2 then serves them, as before.
+func (g *Gateway) useRelay(srv *http.Server, sc scope, scheme string, tlsToo bool) {
+	if g.tracing != nil {
+		return
+	}
+	relay, err := g.newRelay(sc, scheme)
+	if err != nil {
+		g.log.Warn("serving HTTP/2 with net/http", "error", err)
+		return
+	}
+	g.relaysMu.Lock()
+	g.relays = append(g.relays, relay)
+	g.relaysMu.Unlock()
+	g.relayNextProto(srv, relay, tlsToo)
 }
 
 // Listener screens the connections ln accepts for a server from Server
@@ -807,6 +831,22 @@ func (g *Gateway) stopTakeOvers(d time.Duration) {
 	deadline := time.Now().Add(d)
 	for _, t := range ts {
 		t.loop.Wait(time.Until(deadline))
+	}
+}
+
+// stopRelays drains the relays' connections (GOAWAY: open streams
+// finish), waits up to d for them, and cuts what is left.
+func (g *Gateway) stopRelays(d time.Duration) {
+	g.relaysMu.Lock()
+	rs := slices.Clone(g.relays)
+	g.relaysMu.Unlock()
+	for _, r := range rs {
+		r.Drain()
+	}
+	deadline := time.Now().Add(d)
+	for _, r := range rs {
+		r.Wait(time.Until(deadline))
+		r.Close()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,5 +165,49 @@ func TestGRPCComponentAutoscalesOnStreams(t *testing.T) {
 	}
 	if d := c.Dials(); d != 1 {
 		t.Errorf("the client opened %d connections, want 1", d)
+	}
+}
+
+// Many concurrent unary calls on one client connection, the shape of
+// make bench-grpc's "32 streams, 1 conn", pass the gateway's relay and
+// the sidecar's without one failing (the relay's pooled upstream
+// connections carry them).
+func TestGRPCComponentManyStreamsOneConnection(t *testing.T) {
+	s := startStack(t, stackOptions{checkInterval: 200 * time.Millisecond})
+	sc := testScaling()
+	sc.Min = 1
+	s.addGRPCService(t, "many", catalog.Revision{Name: "many-00001", Scaling: sc})
+	c := s.grpcClient(t, "many")
+	ctx, cancel := context.WithTimeout(context.Background(), grpcBound)
+	defer cancel()
+	const streams, calls = 32, 150
+	errs := make(chan error, streams*calls)
+	var wg sync.WaitGroup
+	for range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range calls {
+				if _, err := c.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	var first error
+	for err := range errs {
+		if first == nil {
+			first = err
+		}
+		n++
+	}
+	if n > 0 {
+		t.Fatalf("%d of %d calls failed, e.g. %v", n, streams*calls, first)
+	}
+	if d := c.Dials(); d != 1 {
+		t.Errorf("the client opened %d connections, want 1 (its connection was lost)", d)
 	}
 }

@@ -89,7 +89,18 @@ type revision struct {
 
 type waiter struct {
 	ch chan *backend // buffered 1: a dispatch never blocks
+	// fn, when set, takes the slot instead of ch (enqueue: a relayed
+	// HTTP/2 stream waits without a goroutine); called with no lock of
+	// the revision's held, nil when the revision closed.
+	fn func(*backend)
 	el *list.Element // nil once dispatched or withdrawn; guarded by revision.mu
+}
+
+// handed is a slot given to a waiter's fn, called after the revision's
+// lock is released.
+type handed struct {
+	fn func(*backend)
+	b  *backend
 }
 
 func newRevision(name, service, namespace string, m func() *revisionMetrics) *revision {
@@ -220,6 +231,59 @@ func (r *revision) wait(ctx context.Context, depth int, queueTimeout time.Durati
 	return nil, err
 }
 
+// enqueue is wait for a caller that does not block (the HTTP/2 relay's
+// streams, activator/relay.go): a free slot at once when none wait before
+// it, or fn put in line, to get its slot (nil: the revision closed) from
+// whichever goroutine frees one, never with the revision's lock held. The
+// caller bounds the wait itself (withdraw).
+func (r *revision) enqueue(depth int, fn func(*backend)) (*backend, *waiter, error) {
+	r.mu.Lock()
+	if r.closed != nil {
+		r.mu.Unlock()
+		return nil, nil, r.closed
+	}
+	if r.waiters.Len() >= depth {
+		r.mu.Unlock()
+		return nil, nil, errQueueFull
+	}
+	r.queued.Add(1)
+	if r.onActive != nil {
+		r.onActive(r)
+	}
+	first := r.waiters.Len() == 0
+	if first {
+		if b := r.pool.Load().acquire(); b != nil {
+			r.queued.Add(-1)
+			r.mu.Unlock()
+			return b, nil, nil
+		}
+	}
+	w := &waiter{fn: fn}
+	w.el = r.waiters.PushBack(w)
+	r.mu.Unlock()
+	if first && r.wakes != nil && len(r.pool.Load().backends) == 0 {
+		r.wakes.open(r)
+	}
+	if r.wake != nil {
+		r.wake(r)
+	}
+	return nil, w, nil
+}
+
+// withdraw takes w out of line; false: it was handed a slot (or nil)
+// already, or its fn is about to be.
+func (r *revision) withdraw(w *waiter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.el == nil {
+		return false
+	}
+	r.waiters.Remove(w.el)
+	w.el = nil
+	r.queued.Add(-1)
+	return true
+}
+
 func (r *revision) closedErr() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -242,32 +306,49 @@ func (r *revision) dispatch() {
 	if r.queued.Load() == 0 {
 		return
 	}
+	var buf [4]handed
+	fns := buf[:0]
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for e := r.waiters.Front(); e != nil; e = r.waiters.Front() {
 		b := r.pool.Load().acquire()
 		if b == nil {
-			return
+			break
 		}
 		w := e.Value.(*waiter)
 		r.waiters.Remove(e)
 		w.el = nil
 		r.queued.Add(-1)
+		if w.fn != nil {
+			fns = append(fns, handed{w.fn, b})
+			continue
+		}
 		w.ch <- b
+	}
+	r.mu.Unlock()
+	for _, h := range fns {
+		h.fn(h.b)
 	}
 }
 
 // close fails every waiter with err and refuses new ones.
 func (r *revision) close(err error) {
+	var fns []func(*backend)
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.closed = err
 	for e := r.waiters.Front(); e != nil; e = r.waiters.Front() {
 		w := e.Value.(*waiter)
 		r.waiters.Remove(e)
 		w.el = nil
 		r.queued.Add(-1)
+		if w.fn != nil {
+			fns = append(fns, w.fn)
+			continue
+		}
 		w.ch <- nil
+	}
+	r.mu.Unlock()
+	for _, fn := range fns {
+		fn(nil)
 	}
 }
 

@@ -128,6 +128,7 @@ func (g *Gateway) TLSServer(addr string) *http.Server {
 		},
 	}
 	srv.RegisterOnShutdown(t.shutdown)
+	g.useRelay(srv, publicScope, "https", true)
 	return srv
 }
 

@@ -114,7 +114,14 @@ var errWaitCancelled = errors.New("wait for a slot cancelled")
 // that freed meanwhile (nil, nil), refuses when the line is full
 // (ErrQueueFull), or puts the caller in line and returns its waiter for
 // Wait, Cancel (from anywhere) and finally Recycle.
-func (b *Breaker) Enqueue() (*Waiter, error) {
+func (b *Breaker) Enqueue() (*Waiter, error) { return b.EnqueueFunc(nil, nil) }
+
+// EnqueueFunc is Enqueue for a caller with no goroutine to block in Wait
+// (the sidecar's event loops): when a releaser hands w a slot, it calls
+// notify (from the releaser's goroutine; it must not block) instead of
+// waking a Wait, and Cancel wakes nobody. tag is the caller's, for
+// ReleaseNext's caller to recognise its own waiters by.
+func (b *Breaker) EnqueueFunc(notify func(), tag any) (*Waiter, error) {
 	b.mu.Lock()
 	for {
 		s := b.state.Load()
@@ -139,6 +146,7 @@ func (b *Breaker) Enqueue() (*Waiter, error) {
 	}
 	w := b.pool.Get().(*Waiter)
 	w.cancelled = false
+	w.notify, w.Tag = notify, tag
 	b.waiters.pushBack(w)
 	b.mu.Unlock()
 	return w, nil
@@ -162,18 +170,23 @@ func (b *Breaker) waitResult(w *Waiter) error {
 
 // Cancel takes w out of line and wakes its Wait with an error, unless it
 // was handed a slot already (then Wait returns nil as usual, and Cancel
-// does nothing). Safe from any goroutine until w is recycled.
-func (b *Breaker) Cancel(w *Waiter) {
+// does nothing). Safe from any goroutine until w is recycled. removed says
+// which: for an EnqueueFunc waiter, false means its notify is called (or
+// was) and the slot is its caller's to release.
+func (b *Breaker) Cancel(w *Waiter) (removed bool) {
 	b.mu.Lock()
 	if !w.inList {
 		b.mu.Unlock()
-		return
+		return false
 	}
 	b.waiters.remove(w)
 	b.state.Add(^uint64(1<<32 - 1)) // waiting--
 	w.cancelled = true
 	b.mu.Unlock()
-	w.ready <- struct{}{}
+	if w.notify == nil {
+		w.ready <- struct{}{}
+	}
+	return true
 }
 
 // Recycle returns w for reuse once its Wait returned and no goroutine can
@@ -184,6 +197,17 @@ func (b *Breaker) Recycle(w *Waiter) { b.pool.Put(w) }
 // Release gives back a slot taken by Acquire: to the oldest waiter if there
 // is one, else to the pool of free slots.
 func (b *Breaker) Release() {
+	if w := b.ReleaseNext(); w != nil {
+		w.Notify()
+	}
+}
+
+// ReleaseNext is Release for a caller that wakes the next waiter itself:
+// when the slot goes to a waiter, it returns it, and the caller must call
+// its Notify (or, for a waiter of its own (Tag), act on the grant as
+// Notify would have told it to). The sidecar's event loop grants its own
+// waiters this way without a wake-up through its pipe.
+func (b *Breaker) ReleaseNext() *Waiter {
 	for {
 		s := b.state.Load()
 		active, waiting := unpack(s)
@@ -194,7 +218,7 @@ func (b *Breaker) Release() {
 			break
 		}
 		if b.state.CompareAndSwap(s, s-1) {
-			return
+			return nil
 		}
 	}
 	b.mu.Lock()
@@ -204,7 +228,7 @@ func (b *Breaker) Release() {
 			// Every waiter gave up meanwhile.
 			if b.state.CompareAndSwap(s, s-1) {
 				b.mu.Unlock()
-				return
+				return nil
 			}
 			continue
 		}
@@ -215,13 +239,26 @@ func (b *Breaker) Release() {
 	}
 	w := b.waiters.popFront()
 	b.mu.Unlock()
+	return w
+}
+
+// Notify tells w that it was handed a slot (ReleaseNext).
+func (w *Waiter) Notify() {
+	if w.notify != nil {
+		w.notify()
+		return
+	}
 	w.ready <- struct{}{}
 }
 
 // Waiter is one queued request. ready has room for the one token a
 // releaser (slot handed over) or Cancel sends it, so neither blocks.
 type Waiter struct {
-	ready      chan struct{}
+	ready chan struct{}
+	// notify, when set (EnqueueFunc), is how a granted waiter learns of
+	// it; Tag is its owner's.
+	notify     func()
+	Tag        any
 	prev, next *Waiter
 	inList     bool // guarded by the breaker's mu
 	cancelled  bool // guarded by the breaker's mu

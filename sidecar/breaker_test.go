@@ -209,3 +209,51 @@ func TestBreakerCancel(t *testing.T) {
 		t.Fatalf("active %d", b.Active())
 	}
 }
+
+// A waiter without a goroutine (EnqueueFunc) learns of its slot through
+// notify, from whoever released it; ReleaseNext leaves the notice to the
+// releaser; Cancel says whether the waiter left the line before a grant.
+func TestBreakerFuncWaiters(t *testing.T) {
+	b, err := NewBreaker(1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.TryAcquire() {
+		t.Fatal("the first slot")
+	}
+	var notified []string
+	w1, err := b.EnqueueFunc(func() { notified = append(notified, "w1") }, "one")
+	if err != nil || w1 == nil {
+		t.Fatal(w1, err)
+	}
+	w2, err := b.EnqueueFunc(func() { notified = append(notified, "w2") }, "two")
+	if err != nil || w2 == nil {
+		t.Fatal(w2, err)
+	}
+	if _, err := b.EnqueueFunc(func() {}, nil); err != ErrQueueFull {
+		t.Fatalf("third waiter: %v, want ErrQueueFull", err)
+	}
+	// ReleaseNext hands the slot to the oldest and leaves the notice to
+	// the caller.
+	next := b.ReleaseNext()
+	if next != w1 || next.Tag != "one" || len(notified) != 0 || b.Active() != 1 || b.Waiting() != 1 {
+		t.Fatalf("ReleaseNext: %v %v active %d waiting %d", next, notified, b.Active(), b.Waiting())
+	}
+	if b.Cancel(w1) {
+		t.Fatal("Cancel of a granted waiter says it left the line")
+	}
+	// Release notifies.
+	b.Release()
+	if len(notified) != 1 || notified[0] != "w2" {
+		t.Fatalf("notified %v, want [w2]", notified)
+	}
+	// A waiter cancelled in line is never notified, and wakes nobody.
+	w3, _ := b.EnqueueFunc(func() { notified = append(notified, "w3") }, nil)
+	if w3 == nil || !b.Cancel(w3) || b.Waiting() != 0 {
+		t.Fatalf("cancel in line: %v waiting %d", w3, b.Waiting())
+	}
+	b.Release()
+	if len(notified) != 1 || b.Active() != 0 {
+		t.Fatalf("after cancel: notified %v, active %d", notified, b.Active())
+	}
+}

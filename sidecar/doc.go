@@ -11,10 +11,17 @@
 //     (forward.go), HTTP/2 clients of such an app, websockets and other
 //     upgrades through httputil.ReverseProxy over HTTP/1.1, and every
 //     request to an h2c app (a gRPC server) over h2c. Plain HTTP/1.1
-//     requests (no body, no upgrade) are read and answered by a keep-alive
-//     loop of its own (frontdoor.go, package datapath/keepalive) that costs
-//     a fraction of net/http's per-request work; a connection goes to
-//     net/http at its first request of any other kind. Bodies stream both
+//     requests (no body, no upgrade) to an HTTP/1.1 app are served by
+//     event loops of its own on Linux (evloop_linux.go: an epoll loop per
+//     P, each request a state machine, no goroutine per request),
+//     elsewhere and for an h2c app by a keep-alive loop
+//     (package datapath/keepalive); either costs a fraction of net/http's
+//     per-request work, and a connection goes to net/http at its first
+//     request of any other kind (frontdoor.go). HTTP/2 clients of an h2c
+//     app (the gateway, gRPC clients; h2c with prior knowledge) are
+//     relayed frame by frame by datapath/h2relay (relayhandler.go: the
+//     breaker, timeouts, stats and answers below, per stream), onto
+//     pooled h2c connections to the app, unless tracing is on. Bodies stream both
 //     ways; responses are flushed as bytes arrive; X-Forwarded-For gets the
 //     client appended, other X-Forwarded-* and traceparent pass unchanged;
 //     hop-by-hop headers are dropped.

@@ -32,7 +32,9 @@ import (
 
 // Options are the flags every mode shares.
 type Options struct {
-	Bin      string        // the nomad-serverless binary
+	Bin string // the nomad-serverless binary
+	// BaseBin is another build measured beside Bin (grpc-sidecar mode).
+	BaseBin  string
 	Conns    int           // connections of the throughput runs
 	Duration time.Duration // length of one run
 	Rounds   int           // alternations of direct and proxied
@@ -82,6 +84,10 @@ func modes() map[string]mode {
 		"tls":       runTLSBench,
 		"coldstart": runColdStartBench,
 		"grpc":      runGRPCBench,
+		// The sidecar's gRPC path alone (grpc_sidecar.go).
+		"grpc-sidecar": runGRPCSidecarBench,
+		// The sidecar relay's memory (relaymem.go).
+		"relay-mem": runRelayMemBench,
 	}
 }
 
@@ -89,6 +95,7 @@ func main() {
 	var o Options
 	name := flag.String("mode", "", "what to measure: "+strings.Join(modeNames(), ", "))
 	flag.StringVar(&o.Bin, "bin", "bin/nomad-serverless", "the nomad-serverless binary (make build)")
+	flag.StringVar(&o.BaseBin, "base-bin", "", "another build's binary measured beside -bin (grpc-sidecar mode), e.g. main's")
 	flag.IntVar(&o.Conns, "conns", 32, "connections in the throughput runs")
 	flag.DurationVar(&o.Duration, "duration", 5*time.Second, "length of one throughput run")
 	// Five: one run of a target swings by up to a tenth from round to

@@ -139,6 +139,33 @@ func (s *ScreenConn) Unscreen() (nc net.Conn, ok bool) {
 	return s.Conn, true
 }
 
+// Detach takes nc apart for a new owner that reads the socket itself
+// (the sidecar's HTTP/2 relay, with raw system calls): it returns what the
+// wrappers the keepalive loop put on nc (a ScreenConn, a PrefixConn) hold
+// and have not given out, in the order it was read, and the connection
+// under them. The wrappers must not be read again.
+func Detach(nc net.Conn) (held []byte, under net.Conn) {
+	for {
+		switch c := nc.(type) {
+		case *ScreenConn:
+			if c.cr {
+				held = append(held, '\r')
+				c.cr = false
+			}
+			held = append(held, c.out...)
+			held = append(held, c.ahead[c.aheadR:c.aheadW]...)
+			c.out, c.aheadR, c.aheadW = nil, 0, 0
+			nc = c.Conn
+		case *prefixConn:
+			held = append(held, c.prefix...)
+			c.prefix = nil
+			nc = c.Conn
+		default:
+			return held, nc
+		}
+	}
+}
+
 // readAhead reads an HTTP/2 connection: from what was read ahead, or, for
 // a read smaller than the buffer, as much as the socket has into the
 // buffer first. It returns what one read of the socket would have (bytes

@@ -541,6 +541,17 @@ func (q *ConnQueue) Close() error {
 // Addr is the address given to NewConnQueue.
 func (q *ConnQueue) Addr() net.Addr { return q.addr }
 
+// PrefixConn returns nc with prefix read from it first: for a connection
+// whose first bytes someone else read before handing it on (the sidecar's
+// event loop hands connections to net/http this way). prefix is kept, not
+// copied.
+func PrefixConn(nc net.Conn, prefix []byte) net.Conn {
+	if len(prefix) == 0 {
+		return nc
+	}
+	return &prefixConn{Conn: nc, prefix: prefix}
+}
+
 // prefixConn replays bytes read before the hand-off.
 type prefixConn struct {
 	net.Conn

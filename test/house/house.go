@@ -25,6 +25,7 @@ var Floors = map[string]int{
 	"datapath/h1":          0,
 	"datapath/broadcast":   0,
 	"datapath/h2proxy":     0,
+	"datapath/h2relay":     5, // the HTTP/2 relay (issue 44): its state machines and the relay between connections; over rawio
 	"datapath/keepalive":   5, // over rawio and h1
 	"hcl":                  10,
 	"canary":               10, // the rollout state machine, pure, over spec
@@ -72,7 +73,7 @@ const Roof = 80
 // DatapathOnly are the packages that may import nothing of the module but
 // each other and spec: the request fast path, kept small enough to read
 // whole.
-var DatapathOnly = []string{"datapath/rawio", "datapath/h1", "datapath/broadcast", "datapath/keepalive", "datapath/h2proxy"}
+var DatapathOnly = []string{"datapath/rawio", "datapath/h1", "datapath/broadcast", "datapath/keepalive", "datapath/h2proxy", "datapath/h2relay"}
 
 // TestOnlyModules are modules only test machinery and tests may use: a
 // package that ships must not link them, directly or through another
