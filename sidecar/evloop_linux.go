@@ -803,59 +803,9 @@ func (l *evloop) parseHead(c *lsock, head []byte) bool {
 		return false
 	}
 	hdr := c.hdr
-	clear(hdr)
-	vals := c.vals[:0]
-	var host string
-	hosts := 0
-	closeConn := false
-	for rest != "" {
-		var ln string
-		ln, rest, _ = strings.Cut(rest, "\r\n")
-		colon := strings.IndexByte(ln, ':')
-		if colon <= 0 {
-			return false
-		}
-		k := ln[:colon]
-		if !httpguts.ValidHeaderFieldName(k) {
-			return false
-		}
-		v := h1.TrimOWS(ln[colon+1:])
-		if !httpguts.ValidHeaderFieldValue(v) {
-			return false
-		}
-		k = h1.CanonicalKey(k)
-		switch k {
-		case "Host":
-			hosts++
-			host = v
-			continue
-		case "Content-Length":
-			if v != "0" || hdr[k] != nil {
-				return false
-			}
-		case "Transfer-Encoding", "Upgrade", "Expect", "Trailer":
-			return false
-		case "Connection":
-			for tok := range strings.SplitSeq(v, ",") {
-				tok = h1.TrimOWS(tok)
-				switch {
-				case strings.EqualFold(tok, "close"):
-					closeConn = true
-				case strings.EqualFold(tok, "upgrade"):
-					return false
-				}
-			}
-		}
-		vals = append(vals, v)
-		if prev, ok := hdr[k]; ok {
-			hdr[k] = append(prev, v)
-		} else {
-			n := len(vals)
-			hdr[k] = vals[n-1 : n : n]
-		}
-	}
+	host, closeConn, vals, ok := h1.ParseSimpleHeaders(rest, hdr, c.vals)
 	c.vals = vals
-	if hosts != 1 || !httpguts.ValidHostHeader(host) {
+	if !ok {
 		return false
 	}
 	if _, ok := hdr[probeWaitHeader]; ok {
@@ -870,11 +820,6 @@ func (l *evloop) parseHead(c *lsock, head []byte) bool {
 			return false
 		}
 		path = u.Path
-	}
-	if p := hdr["Pragma"]; len(p) > 0 && p[0] == "no-cache" {
-		if _, ok := hdr["Cache-Control"]; !ok {
-			hdr["Cache-Control"] = []string{"no-cache"}
-		}
 	}
 	r := &c.r
 	r.method, r.target, r.path, r.close = method, target, path, closeConn

@@ -41,67 +41,11 @@ func (c *conn) parseRequest(head []byte) bool {
 		c.req = req
 	}
 	hdr := req.Header
-	clear(hdr)
-	vals := c.vals[:0]
-	var host string
-	hosts := 0
-	closeConn := false
-	for rest != "" {
-		var l string
-		l, rest, _ = strings.Cut(rest, "\r\n")
-		colon := strings.IndexByte(l, ':')
-		if colon <= 0 {
-			return false
-		}
-		k := l[:colon]
-		if !httpguts.ValidHeaderFieldName(k) {
-			return false // also refuses folded lines and spaces before the colon
-		}
-		v := h1.TrimOWS(l[colon+1:])
-		if !httpguts.ValidHeaderFieldValue(v) {
-			return false
-		}
-		k = h1.CanonicalKey(k)
-		switch k {
-		case "Host":
-			hosts++
-			host = v
-			continue
-		case "Content-Length":
-			if v != "0" || hdr[k] != nil {
-				return false
-			}
-		case "Transfer-Encoding", "Upgrade", "Expect", "Trailer":
-			return false
-		case "Connection":
-			for tok := range strings.SplitSeq(v, ",") {
-				tok = h1.TrimOWS(tok)
-				switch {
-				case strings.EqualFold(tok, "close"):
-					closeConn = true
-				case strings.EqualFold(tok, "upgrade"):
-					return false
-				}
-			}
-		}
-		vals = append(vals, v)
-		if prev, ok := hdr[k]; ok {
-			hdr[k] = append(prev, v)
-		} else {
-			n := len(vals)
-			hdr[k] = vals[n-1 : n : n]
-		}
-	}
-	if hosts != 1 || !httpguts.ValidHostHeader(host) {
-		return false // net/http answers 400
-	}
-	// net/http's fixPragmaCacheControl.
-	if p := hdr["Pragma"]; len(p) > 0 && p[0] == "no-cache" {
-		if _, ok := hdr["Cache-Control"]; !ok {
-			hdr["Cache-Control"] = []string{"no-cache"}
-		}
-	}
+	host, closeConn, vals, ok := h1.ParseSimpleHeaders(rest, hdr, c.vals)
 	c.vals = vals
+	if !ok {
+		return false
+	}
 
 	u := &c.url
 	if !parseSimpleTarget(u, target) {
