@@ -798,7 +798,7 @@ func (l *evloop) parseHead(c *lsock, head []byte) bool {
 	line, rest, _ := strings.Cut(text, "\r\n")
 	method, line, ok1 := strings.Cut(line, " ")
 	target, proto, ok2 := strings.Cut(line, " ")
-	if !ok1 || !ok2 || proto != "HTTP/1.1" || !validToken(method) || method == http.MethodConnect ||
+	if !ok1 || !ok2 || proto != "HTTP/1.1" || !h1.ValidMethod(method) || method == http.MethodConnect ||
 		len(target) == 0 || target[0] != '/' {
 		return false
 	}
@@ -842,7 +842,7 @@ func (l *evloop) parseHead(c *lsock, head []byte) bool {
 func simplePath(target string) (string, bool) {
 	path, query, _ := strings.Cut(target, "?")
 	for i := 0; i < len(path); i++ {
-		if !simplePathByte[path[i]] {
+		if !h1.SimplePathByte(path[i]) {
 			return "", false
 		}
 	}
@@ -852,25 +852,6 @@ func simplePath(target string) (string, bool) {
 		}
 	}
 	return path, true
-}
-
-var simplePathByte = func() (t [256]bool) {
-	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/$&+,;=:@") {
-		t[c] = true
-	}
-	return t
-}()
-
-func validToken(m string) bool {
-	if m == "" {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		if !httpguts.IsTokenRune(rune(m[i])) {
-			return false
-		}
-	}
-	return true
 }
 
 // handOff gives c, with what was read of it, to net/http.

@@ -79,3 +79,30 @@ func ParseSimpleHeaders(block string, hdr http.Header, vals []string) (host stri
 	}
 	return host, closeConn, vals, true
 }
+
+// ValidMethod reports whether m is a token (RFC 9110 5.6.2), as a request
+// method must be.
+func ValidMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		if !httpguts.IsTokenRune(rune(m[i])) {
+			return false
+		}
+	}
+	return true
+}
+
+// SimplePathByte reports whether a path keeps byte c unchanged through
+// url.ParseRequestURI (unreserved, some sub-delims, ':', '@', '/'): a
+// target made only of these needs no url parse (checked against url in
+// keepalive's TestParseSimpleTargetMatchesURL).
+func SimplePathByte(c byte) bool { return simplePathBytes[c] }
+
+var simplePathBytes = func() (t [256]bool) {
+	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/$&+,;=:@") {
+		t[c] = true
+	}
+	return t
+}()

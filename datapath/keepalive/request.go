@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/nomad-serverless/nomad-serverless/datapath/h1"
-	"golang.org/x/net/http/httpguts"
 )
 
 // parseRequest reads a request head (request line, headers, blank line)
@@ -27,7 +26,7 @@ func (c *conn) parseRequest(head []byte) bool {
 	line, rest, _ := strings.Cut(text, "\r\n")
 	method, line, ok1 := strings.Cut(line, " ")
 	target, proto, ok2 := strings.Cut(line, " ")
-	if !ok1 || !ok2 || proto != "HTTP/1.1" || !validMethod(method) || method == http.MethodConnect ||
+	if !ok1 || !ok2 || proto != "HTTP/1.1" || !h1.ValidMethod(method) || method == http.MethodConnect ||
 		len(target) == 0 || target[0] != '/' {
 		return false
 	}
@@ -84,7 +83,7 @@ func parseSimpleTarget(u *url.URL, target string) bool {
 		path = target[:q]
 	}
 	for i := 0; i < len(path); i++ {
-		if !simplePathByte[path[i]] {
+		if !h1.SimplePathByte(path[i]) {
 			return false
 		}
 	}
@@ -102,29 +101,6 @@ func parseSimpleTarget(u *url.URL, target string) bool {
 			return false // "a?b?" and the like: let url decide
 		}
 		u.RawQuery = query
-	}
-	return true
-}
-
-// simplePathByte marks the bytes a path keeps unchanged through
-// url.ParseRequestURI (unreserved, some sub-delims, ':', '@', '/'); checked
-// against url in TestParseSimpleTargetMatchesURL.
-var simplePathByte = func() (t [256]bool) {
-	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/$&+,;=:@") {
-		t[c] = true
-	}
-	return t
-}()
-
-// validMethod reports whether m is a token (RFC 9110 5.6.2).
-func validMethod(m string) bool {
-	if m == "" {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		if !httpguts.IsTokenRune(rune(m[i])) {
-			return false
-		}
 	}
 	return true
 }
